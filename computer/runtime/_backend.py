@@ -309,6 +309,10 @@ class SyncPull:
     # A live mirror's delivery times (``_deliver``): only ``dir_times`` entries, of files, each kept
     # unless the path's time in the store is a delivery already (``LocalExecContext.delivered``).
     delivered: bool = False
+    # The pull this page belongs to (``_pull_lost``: the owner records what each pull committed), and
+    # a question alone: what the pull of that id committed (``PullResult.own_revs`` and ``renamed``).
+    pull_id: str = ""
+    asks: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +341,8 @@ class PullResult:
     # The page's ``renames`` were refused (``_pull_moves``): nothing was committed, the mirror sends the
     # pull again without them.
     unrenamed: bool = False
+    # The answer to ``SyncPull.asks``: the renames that pull did (in order), its revisions ``own_revs``.
+    renamed: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

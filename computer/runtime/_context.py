@@ -21,6 +21,7 @@ from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import call_guard, checked_call
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
+from ._pull_lost import PullRecords
 from ._pull_moves import as_taken, rename_dirs, renames_refused
 from ._pull_rules import (
     CONFLICT,
@@ -77,6 +78,7 @@ class LocalExecContext(PushPages, PullCommits):
         # The revisions of those commits: a time alone, no conflict for any pull (``without_deliveries``).
         self.delivery_revs: dict[int, None] = {}
         self.live_staging: dict[str, float] = {}  # pulls in progress (``_pull_commit._sweep_stale``)
+        self.pulls = PullRecords()  # what each recent pull committed, for a mirror that lost an answer
 
     @property
     def fs(self) -> Any:
@@ -119,12 +121,29 @@ class LocalExecContext(PushPages, PullCommits):
         workspace renamed since ``base_rev`` to the new name (``_moves.follow``) and returns the renames
         for the mirror to follow (``moves``). A live mirror's delivery times (``SyncPull.delivered``,
         ``_deliver``) are its ``dir_times`` alone, less those over another mirror's delivery.
+        A page of a pull whose answer the mirror lost is recorded by the pull's id, and a question
+        about it (``SyncPull.asks``) is answered with what it committed (``_pull_lost``).
         """
+        if pull.asks:
+            return await self.pulls.answer(pull, base_rev)
+        if not pull.pull_id:
+            return await self._sync_pull(pull, base_rev, set(pull.own_revs), [])
+        own = set(pull.own_revs)
+        record = self.pulls.start(pull, own)
+        if record is None:  # a mirror asked about this pull already: it takes nothing more of it
+            return PullResult(rev=base_rev, unrenamed=bool(pull.renames))
+        try:
+            return await self._sync_pull(pull, base_rev, own, record.renamed)
+        finally:
+            self.pulls.end(record)
+
+    async def _sync_pull(
+        self, pull: SyncPull, base_rev: int, own: set[int], done: list[tuple[str, str]]
+    ) -> PullResult:
         fs = self.fs
         if pull.delivered:  # a live mirror's delivery times (``_deliver``)
             pull = await deliverable(fs, pull, self.delivered)
         root = canonical(pull.root)
-        own = set(pull.own_revs)
         protected = set(pull.protected)
         reasons: dict[str, str] = {}
         hold = getattr(fs, "hold_log", None)
@@ -173,7 +192,9 @@ class LocalExecContext(PushPages, PullCommits):
         except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
             return PullResult(rev=base_rev, missing=gone.missing)
         # A program's directory renames first (``_pull_moves``): the page names what is below them anew.
-        renamed = await rename_dirs(fs, renames, own) if renames else []  # (listed whatever their times)
+        renamed = (
+            await rename_dirs(fs, renames, own, done) if renames else []
+        )  # (listed whatever their times)
         applied: list[str] = []
         refusals = refused_files(pull.files, refused) if strict else {}  # a file's names together
         reasons.update(refusals)

@@ -78,6 +78,8 @@ class PullRenames(MirrorWatch):
     renamed_from: tuple[dict[str, Entry], dict[str, list[str]], dict[str, Any]] | None = None
     no_renames = False  # the next plan pairs none (a pull sent again after a refusal)
     renaming: Sequence[tuple[str, str]] = ()  # the relative pairs of the plan at hand
+    # A page whose answer was lost (``_pull_lost``): its pull's id and renames (relative, in order).
+    lost: tuple[str, list[tuple[str, str]]] | None = None
 
     def _lacking(self) -> list[str]:
         """What the workspace keeps out or the mirror must fetch again below the root (no rename near)."""
@@ -233,6 +235,11 @@ class PullRenames(MirrorWatch):
             self.renamed()
             self.own_revs = sorted({*self.own_revs, *own_revs})
 
+    def rekey(self, moves: list[tuple[str, str]]) -> None:
+        """The state re-keyed to ``moves``, which the owner did (``_pull_lost``): nothing to put back."""
+        self._rekey(moves)
+        self.renamed()
+
     def renamed(self) -> None:
         """The pull that re-keyed the state is settled: nothing to put back."""
         self.renamed_from, self.renaming = None, []
@@ -378,22 +385,35 @@ def renames_refused(
 
 
 async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
-    """Whether the workspace holds the renames' names as the mirror took them: each old name a
-    directory and each new one free, but where an earlier rename of the list makes or frees them, and
-    no symlink on the way to either name (once the earlier renames are done: :func:`_unlinked`)."""
+    """Whether the workspace holds the renames' names as the mirror took them, each where the earlier
+    renames of the list leave it: the old name a directory, the new one free, every parent of it the
+    workspace holds a directory, and no symlink on the way to either name (:func:`_unlinked`). What
+    the mirror sends is not trusted: before (s67), a pair ``(a, b), (c, b/f/x)`` over a file ``a/f``, or
+    ``(a, b), (a, c)``, committed the first rename and failed the page on the second (ENOTDIR, ENOENT;
+    ``b/f`` taken: EEXIST), the rest of the page with it."""
     for index, (src, dst) in enumerate(renames):
         earlier = renames[:index]
         if not (await _unlinked(fs, src, earlier) and await _unlinked(fs, dst, earlier)):
             return False
-        if not any(_related(src, d) for _, d in earlier):
-            try:
-                if not (await fs.stat(src)).is_directory:
-                    return False
-            except OSError:
-                return False
-        if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
+        was, held = _untranslate(src, earlier), _untranslate(dst, earlier)
+        if was is None or not await _is_directory(fs, was):
+            return False  # (a name an earlier rename emptied, or none)
+        if held is not None and await fs.exists(held):
             return False
+        parent = dst.rpartition("/")[0]
+        while parent:
+            at = _untranslate(parent, earlier)
+            if at is not None and await fs.exists(at) and not await _is_directory(fs, at):
+                return False  # a file where the rename (or the mkdir of its parents) needs a directory
+            parent = parent.rpartition("/")[0]
     return True
+
+
+async def _is_directory(fs: Any, path: str) -> bool:
+    try:
+        return bool((await fs.stat(path)).is_directory)
+    except OSError:
+        return False
 
 
 async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
@@ -410,17 +430,22 @@ async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
     return bool(await real_path(fs, at) == at)
 
 
-async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:
-    """Do a pull's directory renames in the workspace, in order, each the run's own revision; the
-    paths (old and new). Each new name's missing parents are made first (a directory the same pull
-    makes: its mode and time come with the page's directories)."""
+async def rename_dirs(
+    fs: Any, renames: list[tuple[str, str]], own: set[int], renamed: list[tuple[str, str]]
+) -> list[str]:
+    """Do a pull's directory renames in the workspace, in order, each the run's own revision (added
+    to ``own`` and each pair to ``renamed`` as it is committed: ``_pull_lost``); the paths (old and
+    new). Each new name's missing parents are made first (a directory the same pull makes: its mode
+    and time come with the page's directories)."""
     done: list[str] = []
     for src, dst in renames:
         before = fs.rev
         parent = dst.rpartition("/")[0] or "/"
         if not await fs.exists(parent):
             await fs.mkdir(parent, recursive=True)
+            own.update(range(before + 1, fs.rev + 1))
         await fs.rename(src, dst)
         own.update(range(before + 1, fs.rev + 1))
+        renamed.append((src, dst))
         done += [src, dst]
     return done

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import threading
 from collections.abc import Callable, Collection, Generator
 
 from ._backend import PAGE_CHUNKS, PAGE_DIRS, PAGE_FILES, MirrorDir, MirrorSymlink, SyncPull, fits
 from ._mirror_base import PullPlan
 from ._pull_rules import outermost
+from ._tasks import in_thread
 
 # Paths a pull's plan sorts in one call at most (``path_order``).
 SORT_SLICE = 20_000
@@ -99,3 +101,31 @@ def removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
     removal lies below a removed directory.)"""
     removed = [p for p in applied if p in deleted]
     return [p for p in applied if p not in deleted] + outermost(removed)
+
+
+class Pages:
+    """A pull's pages, stepped in worker threads and closed from the loop. A pull cancelled while a
+    thread is inside the generator cannot close it there ("generator already executing", which
+    replaced the cancellation: a live sandbox's tick then went on as if its sync had failed); the
+    close waits for that step, on a thread of its own."""
+
+    def __init__(self, pages: Generator[SyncPull, None, None]) -> None:
+        self._pages = pages
+        self._stepping = threading.Lock()
+
+    def next(self) -> SyncPull | None:
+        with self._stepping:
+            return next(self._pages, None)
+
+    def close(self) -> None:
+        if self._stepping.acquire(blocking=False):
+            try:
+                self._pages.close()
+            finally:
+                self._stepping.release()
+        else:
+            in_thread(self._close_after_step, "closing a cancelled pull's pages")
+
+    def _close_after_step(self) -> None:
+        with self._stepping:
+            self._pages.close()

@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import threading
-from collections.abc import Generator
+import secrets
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,7 +42,9 @@ from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._per_call import PerCallRuns
+from ._pull_lost import ask_lost, sent
 from ._pull_moves import Unrenamed
+from ._pull_pages import Pages as _Pages  # (``tests/runtime/test_sync_pages`` names it so)
 from ._pull_pages import removals_outermost
 from ._pull_rules import CONFLICT
 from ._tasks import finish_in_thread, in_thread, offload
@@ -152,6 +153,9 @@ class MirrorSync:
         first page, already fetched for ``mirror.rev`` (a live sandbox looks before it pauses).
         """
         try:
+            if mirror.lost is not None:  # a pull's answer lost: what it committed first (``_pull_lost``)
+                await ask_lost(mirror, ctx)
+                first = None  # (asked for before: its skipped revisions may be short)
             start, pushed = await self._push_pages(mirror, ctx, first)
             if mirror.refetch:  # a rename it could not follow: the new name, whole (one more round)
                 start, again = await self._push_pages(mirror, ctx, None)
@@ -277,6 +281,8 @@ class MirrorSync:
         if _taken(mirror):  # ended from another loop (``PerCallRuns.end``): pulled there
             return Synced()
         try:
+            if mirror.lost is not None:  # a pull's answer lost: what it committed first (``_pull_lost``)
+                await ask_lost(mirror, ctx)
             synced = await self._pull(
                 mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
             )
@@ -380,7 +386,7 @@ class MirrorSync:
         reasons: dict[str, str] = {}
         moves: dict[int, tuple[str, str, int]] = {}  # by revision: every page names the same ones
         carried: set[str] = set()  # the workspace's changes those renames carried (fetched again)
-        rev = base_rev
+        rev, pull_id = base_rev, secrets.token_hex(8)
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).
         if not plan.empty():
@@ -394,8 +400,8 @@ class MirrorSync:
                     page = pages.next() if light else await offload(mirror, pages.next)
                     if page is None:
                         break
-                    page = dataclasses.replace(page, own_revs=own, follow_moves=follow)
-                    result = await ctx.sync_pull(page, base_rev)
+                    page = dataclasses.replace(page, own_revs=own, follow_moves=follow, pull_id=pull_id)
+                    result = await sent(mirror, ctx, page, base_rev)  # (its answer lost: ``_pull_lost``)
                     if result.unrenamed:  # nothing committed: the state as it was, the tree walked again
                         mirror.unrename()
                         raise Unrenamed
@@ -441,34 +447,6 @@ class MirrorSync:
                 for name in names:
                     reasons.setdefault(name, reasons[path])
         return applied, reasons
-
-
-class _Pages:
-    """A pull's pages, stepped in worker threads and closed from the loop. A pull cancelled while a
-    thread is inside the generator cannot close it there ("generator already executing", which
-    replaced the cancellation: a live sandbox's tick then went on as if its sync had failed); the
-    close waits for that step, on a thread of its own."""
-
-    def __init__(self, pages: Generator[SyncPull, None, None]) -> None:
-        self._pages = pages
-        self._stepping = threading.Lock()
-
-    def next(self) -> SyncPull | None:
-        with self._stepping:
-            return next(self._pages, None)
-
-    def close(self) -> None:
-        if self._stepping.acquire(blocking=False):
-            try:
-                self._pages.close()
-            finally:
-                self._stepping.release()
-        else:
-            in_thread(self._close_after_step, "closing a cancelled pull's pages")
-
-    def _close_after_step(self) -> None:
-        with self._stepping:
-            self._pages.close()
 
 
 def _taken(mirror: Mirror) -> bool:

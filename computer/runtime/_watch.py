@@ -103,6 +103,7 @@ class _Inotify:
         self.dropped: collections.deque[_Held] = collections.deque()
         self.unadopted: set[_Held] = set()  # owners with directories left to adopt (``pump``)
         self.settling: set[_Held] = set()  # owners that added directories since the queue was last empty
+        self.halves = Halves(self.owners)  # moves waiting for their pairs (``_watch_moves``)
         threading.Thread(target=self._read_ahead, name="computer-inotify", daemon=True).start()
 
     def _read_ahead(self) -> None:
@@ -256,7 +257,8 @@ class _Inotify:
                 try:
                     data = os.read(self.fd, size)
                 except BlockingIOError:
-                    settle(self.settling)  # (``_watch_moves``)
+                    self.halves.end()  # (``_watch_moves``)
+                    settle(self.settling)
                     return
                 except OSError:
                     data = b""
@@ -291,7 +293,7 @@ class _Inotify:
         (with the lock held). Events come in runs of one wd (``mkdir -p`` makes ten leaves in a row
         in each directory): its owner and prefix are looked up once a run (1,000: 0.77 ms, was 1.1)."""
         owners, unpack, head, offset = self.owners, EVENT.unpack_from, EVENT.size, 0
-        halves = Halves(owners)  # a directory's move: its two events paired (``_watch_moves``)
+        halves = self.halves  # a directory's move: its two events paired (``_watch_moves``)
         last, owner, events, prefix, made = -1, None, [], None, None
         while offset + head <= len(data):
             wd, mask, cookie, length = unpack(data, offset)
@@ -330,7 +332,7 @@ class _Inotify:
                     halves.moved_from(owner, cookie, rel)
                 elif halves.moved_to(owner, cookie, rel, fresh.get(owner, ())):
                     last = -1  # the paths are re-keyed
-        halves.end()
+        halves.turn()
 
     def _new_dirs(self, held: _Held, rels: list[str]) -> None:
         """Directories made below ``held``'s tree: watched (and what they hold found) as their events
@@ -365,7 +367,7 @@ class _Inotify:
             return -1  # another thread reads (and watches what a run made): never wait on the loop
         try:
             self.pump(QUICK_READ, reads=1)
-            if held.broken or held.unadopted:
+            if held.broken or held.unadopted or self.halves.holds(held):
                 return -1
             if held.events:
                 return len(held.events)

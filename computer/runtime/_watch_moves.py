@@ -11,9 +11,12 @@ which lists the pairs in order (``TreeWatch.moves``) for the pull to re-key its 
 (``_pull_moves.watched_renames``) instead of walking the whole tree (before, s66: every directory
 move broke the watch, and the pull after it walked the whole tree and watched it anew).
 
-The watch breaks as before (the pull walks the tree and watches it anew) on a half without its pair in
-the same read (moved in from outside the tree or out of it, to another mirror, a cookie split across
-reads), a directory not watched yet (made and moved before its watch was added), a move onto a
+A half whose pair is not in the same read waits for the next read of the shared queue (``carried``:
+a read, 64 KiB or the event loop's quick look of 4 KiB, may end between the two; before, s67, such a
+split broke the watch and the pull walked the whole tree), and an owner with such a half cannot tell
+its events cheaply (:meth:`Halves.holds`: a worker thread reads the queue). The watch breaks as before
+(the pull walks the tree and watches it anew) on a half without its pair in the read after it or by the
+time the queue is read empty (moved in from outside the tree or out of it, to another mirror), a directory not watched yet (made and moved before its watch was added), a move onto a
 directory still watched there (``mv --exchange``, a move over an empty directory), one with new
 directories below it not watched yet, and a move read while, or after, the watch added directories
 until a read finds the queue empty (:meth:`Halves.settle`): a listing may have raced with the move and
@@ -43,11 +46,12 @@ _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodee
 class Halves:
     """The ``IN_MOVED_FROM`` halves of directory moves one read brought (``_Inotify._dispatch``)."""
 
-    __slots__ = ("froms", "owners")
+    __slots__ = ("carried", "froms", "owners")
 
     def __init__(self, owners: dict[int, _Held]) -> None:
         self.owners = owners
         self.froms: dict[int, tuple[_Held, str | None]] = {}  # cookie -> (watch, old relative path)
+        self.carried: dict[int, tuple[_Held, str | None]] = {}  # those the previous read left
 
     def moved_from(self, owner: _Held, cookie: int, rel: str | None) -> None:
         self.froms[cookie] = (owner, rel)
@@ -55,7 +59,9 @@ class Halves:
     def moved_to(self, owner: _Held, cookie: int, rel: str | None, fresh: Iterable[str]) -> bool:
         """Pair the move ending at ``rel``; whether the watch's paths were re-keyed (else it broke, or
         the pair was one it cannot vouch for)."""
-        owner_from, old = self.froms.pop(cookie, (None, None))
+        half = self.froms.pop(cookie, None) or self.carried.pop(cookie, None)
+        owner_from: _Held | None = half[0] if half is not None else None
+        old = half[1] if half is not None else None
         if owner_from is not owner or old is None or rel is None:
             owner.broken = True  # moved in from outside the tree (or another watch's)
             if owner_from is not None:
@@ -88,12 +94,21 @@ class Halves:
         owner.events.append((top, PAIRED, f"{old}\0{rel}".encode(_FS_ENCODING, _FS_ERRORS)))
         return True
 
-    def end(self) -> None:
-        """The read is over: a half left unpaired (moved out of the tree, or its pair in the next read)
-        breaks its watch."""
-        for owner, _ in self.froms.values():
+    def turn(self) -> None:
+        """A read is over: a half the read before left unpaired breaks its watch (moved out of the
+        tree); one this read left waits for the next read (a read may end between the two halves)."""
+        for owner, _ in self.carried.values():
             owner.broken = True
-        self.froms.clear()
+        self.carried, self.froms = self.froms, {}
+
+    def holds(self, owner: _Held) -> bool:
+        """Whether a half of ``owner``'s waits for its pair (its events cannot be told yet)."""
+        return any(held is owner for held, _ in self.carried.values())
+
+    def end(self) -> None:
+        """The queue is read empty: a half left unpaired (moved out of the tree) breaks its watch."""
+        self.turn()
+        self.turn()
 
 
 def settle(waiting: set[_Held]) -> None:

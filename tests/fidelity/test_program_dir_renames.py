@@ -7,12 +7,13 @@ and live, checked through ``ws.fs``, the change log, later runs and a reopen."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from computer.runtime import ShellBackend, SyncPull
+from computer.runtime import ShellBackend, SyncPull, _context
 from computer.runtime._codec import decode_sync, encode_sync
 from computer.runtime._context import LocalExecContext
 
@@ -140,8 +141,10 @@ async def test_a_tree_holding_a_fifo_or_a_name_not_utf8_is_sent_as_before(tmp_pa
 
 
 def test_renames_travel_through_the_codec() -> None:
-    pull = SyncPull("/w", renames=[("/w/a", "/w/b"), ("/w/b/c", "/w/d")])
+    pull = SyncPull("/w", renames=[("/w/a", "/w/b"), ("/w/b/c", "/w/d")], pull_id="ab12")
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
+    asks = SyncPull("/w", asks="ab12")  # (``_pull_lost``: a pool worker's mirror asks its owner)
+    assert decode_sync(SyncPull, encode_sync(asks)) == asks
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
@@ -276,3 +279,67 @@ async def test_a_directory_time_set_below_a_renamed_one_in_an_unwatched_tree_is_
         await ok(ws, "mv d e && touch -d @1000000000 e/sub")
         assert ("rename", f"{ROOT}/e") in _ops(ws, rev)
         assert (await ws.fs.stat(f"{ROOT}/e/sub")).mtime == 1_000_000_000_000
+
+
+@pytest.mark.parametrize("lost", ["answer", "page", "cancelled"])
+async def test_a_pull_whose_first_page_is_lost_after_its_renames_were_committed_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    """Pages of 64 KiB, the first (the rename's) fails on the mirror's side once the owner committed
+    (``answer``: the whole page, its answer lost; ``page``: the renames alone, the page cut short;
+    ``cancelled``: the call cancelled while the page goes on at the owner, as a pool's owner serves
+    it): the mirror cannot know whether the rename was committed. It asks the owner before it syncs
+    again (``SyncPull.asks``; the owner waits for the page still running), which says what that pull
+    committed: the files below the new name are all sent, none refused. Before, the mirror put back
+    the old names and the next sync took the committed rename for the workspace's: every file below
+    ``e`` refused as a conflict, the 4 files the program wrote there after the rename dropped from the
+    sandbox."""
+    pages: list[SyncPull] = []
+    background: list[asyncio.Future[Any]] = []
+    committed = asyncio.Event()
+    original = LocalExecContext.sync_pull
+    original_renames = _context.rename_dirs
+
+    async def rename_dirs(*args: Any) -> Any:
+        done = await original_renames(*args)
+        committed.set()
+        if lost == "page":
+            raise OSError(5, "Input/output error")  # (the page cut short once the renames are in)
+        if lost == "cancelled":
+            await asyncio.sleep(0.5)  # (the page goes on at the owner after its caller gave up)
+        return done
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        pages.append(pull)
+        if not pull.renames or committed.is_set():
+            return await original(self, pull, base_rev)
+        if lost == "cancelled":
+            background.append(asyncio.ensure_future(original(self, pull, base_rev)))
+            await asyncio.wait_for(committed.wait(), 30)
+            raise asyncio.CancelledError
+        result = await original(self, pull, base_rev)
+        raise OSError(104, "Connection reset by peer")  # (the answer lost)
+        return result
+
+    backend = ShellBackend(live=True, max_sync_bytes=64 * 1024)
+    if not backend.live:
+        pytest.skip("no cgroup freezer here")
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ok(ws, MAKE)
+        before = (await ws.fs.stat(f"{ROOT}/d/7")).ino
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        monkeypatch.setattr(_context, "rename_dirs", rename_dirs)
+        source = "mv d e && for i in 1 2 3 4; do head -c 40000 /dev/urandom > e/sub/r$i; done"
+        await (await ws.runtime.exec(source, timeout=60)).result()
+        after = await ok(ws, "true")
+        monkeypatch.undo()
+        assert pages[0].renames and committed.is_set()
+        assert not after.skipped, after.reasons
+        assert not await ws.fs.exists(f"{ROOT}/d")
+        sizes = [(await ws.fs.stat(f"{ROOT}/e/sub/r{i}")).size for i in (1, 2, 3, 4)]
+        assert sizes == [40000] * 4
+        assert len(await ws.fs.readdir(f"{ROOT}/e")) == 303
+        assert (await ws.fs.stat(f"{ROOT}/e/7")).ino == before  # (the rename kept: not made again)
+        assert await workspace_view(ws) == await sandbox_view(ws)
+        assert all(task.done() for task in background)
+        assert any(p.asks == pages[0].pull_id for p in pages)

@@ -96,3 +96,45 @@ async def test_the_owner_refuses_renames_of_its_own_directory_whatever_the_root(
         assert result.unrenamed and fs.rev == rev
     finally:
         fs.close()
+
+
+@pytest.mark.parametrize(
+    "renames",
+    [
+        [("/w/d", "/w/file/x")],  # the new name's parent a file
+        [("/w/d", "/w/file/y/x")],  # a missing parent below a file (the mkdir fails)
+        [("/w/e", "/w/e2"), ("/w/d", "/w/e2/f/x")],  # a file an earlier rename of the list moved
+        [("/w/e", "/w/e2"), ("/w/d", "/w/e2/f")],  # a name an earlier rename of the list took
+        [("/w/e", "/w/e2"), ("/w/e", "/w/e3")],  # an old name an earlier rename of the list emptied
+        [("/w/e", "/w/e2"), ("/w/e2/f", "/w/g")],  # an old name, moved, that is a file
+    ],
+)
+async def test_the_owner_refuses_renames_it_could_do_only_in_part(renames: list[tuple[str, str]]) -> None:
+    """A hostile mirror's pairs that the owner would fail midway (ENOTDIR, EEXIST, ENOENT): refused
+    whole, nothing committed (``unrenamed``), the page's file not written; the page sent again without
+    them (as the mirror does) applies. Before (s67), the first rename of a list was committed and the
+    second failed the page: the workspace's ``e`` moved to ``e2``, the page's file never written."""
+    from types import SimpleNamespace
+
+    from computer.runtime import MirrorFile, SyncPull
+    from computer.runtime._context import LocalExecContext
+    from computer.storage import FileSystem
+
+    fs = FileSystem.open(None)
+    try:
+        await fs.mkdir("/.computer/exec", recursive=True)
+        await fs.mkdir("/w/d", recursive=True)
+        await fs.mkdir("/w/e", recursive=True)
+        await fs.write_file("/w/e/f", b"workspace")
+        await fs.write_file("/w/file", b"a file")
+        rev = fs.rev
+        ctx = LocalExecContext(SimpleNamespace(fs=fs, id="w"))
+        page = SyncPull("/w", files=[MirrorFile("/w/new", b"n", mtime=1000)], renames=renames)
+        result = await ctx.sync_pull(page, rev)
+        assert result.unrenamed and fs.rev == rev
+        assert sorted(e.name for e in await fs.readdir("/w")) == ["d", "e", "file"]
+        again = await ctx.sync_pull(SyncPull("/w", files=page.files), rev)
+        assert again.applied == ["/w/new"] and not again.skipped
+        assert await fs.read_text("/w/e/f") == "workspace"
+    finally:
+        fs.close()
