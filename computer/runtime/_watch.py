@@ -50,6 +50,7 @@ from ._inotify_abi import (
 )
 from ._watch_held import Event, _Held
 from ._watch_moves import PAIRED, Halves, adding, pairs_of, settle
+from ._watch_release import give_back
 from ._watch_shed import flooding
 
 __all__ = ["TreeWatch"]
@@ -221,10 +222,9 @@ class _Inotify:
 
     def _forget(self, held: _Held) -> None:
         assert _libc is not None
-        for wd in held.wds:
-            if self.owners.get(wd) is held:
-                del self.owners[wd]
-                _libc.inotify_rm_watch(self.fd, wd)  # EINVAL when the kernel dropped it: fine
+        wds = [wd for wd in held.wds if self.owners.get(wd) is held]
+        for wd in wds:
+            del self.owners[wd]
         held.wds.clear()
         held.events.clear()
         held.dirs.clear()
@@ -232,6 +232,7 @@ class _Inotify:
         held.stats.clear()
         held.unadopted.clear()
         self.unadopted.discard(held)
+        give_back(self, wds, QUEUE_EVENTS, _libc.inotify_rm_watch)  # (slices: ``_watch_release``)
 
     def _forget_dropped(self) -> None:
         while self.dropped:
@@ -331,6 +332,9 @@ class _Inotify:
                 elif halves.moved_to(owner, cookie, rel, fresh.get(owner, ())):
                     last = -1  # the paths are re-keyed
         halves.end()
+        for spent in halves.spent:  # a rename storm (``_watch_moves.REKEY_WORK``): as a flood
+            self._forget(spent)
+            spent.broken = spent.over = spent.shed = True
 
     def _new_dirs(self, held: _Held, rels: list[str]) -> None:
         """Directories made below ``held``'s tree: watched (and what they hold found) as their events
@@ -347,7 +351,7 @@ class _Inotify:
         self.pump()
         with self.lock:
             taken = held.events, held.walked, held.stats, held.dirs
-            held.lent = True
+            held.lent, held.rekeyed = True, 0
             held.events, held.walked, held.stats = [], set(), {}
             return taken
 
