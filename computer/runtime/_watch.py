@@ -216,7 +216,7 @@ class _Inotify:
             self._forget(held)
 
     def drop(self, held: _Held) -> None:
-        """Release ``held`` at the next call that takes the lock: for a finalizer, which the garbage
+        """Release ``held`` at the next full read or adding: for a finalizer, which the garbage
         collector may run in a thread that holds the lock already."""
         self.dropped.append(held)
 
@@ -244,7 +244,7 @@ class _Inotify:
         adopts the directories a limited one left (``_Held.unadopted``); a limited read, the event
         loop's cheap look, leaves those it finds to the next full one."""
         with self.lock:
-            if self.dropped:
+            if self.dropped and reads is None:  # (not a cheap look's, on the loop: 20,000 take ~0.1 s)
                 self._forget_dropped()
             if reads is None and self.unadopted:
                 waiting, self.unadopted = self.unadopted, set()
@@ -271,6 +271,8 @@ class _Inotify:
                 # watched); a later one naming one (a chmod, a removal) drops its lstat in ``drain``.
                 fresh: dict[_Held, list[str]] = {}
                 self._dispatch(data, fresh)
+                if reads is None and self.dropped:  # (a rename storm's watch, shed by ``_dispatch``)
+                    self._forget_dropped()
                 if reads is None and len(data) > size - 4096:  # a full read: more waiting
                     self._shed(data)
                 for owner, rels in fresh.items():
@@ -332,9 +334,9 @@ class _Inotify:
                 elif halves.moved_to(owner, cookie, rel, fresh.get(owner, ())):
                     last = -1  # the paths are re-keyed
         halves.end()
-        for spent in halves.spent:  # a rename storm (``_watch_moves.REKEY_WORK``): as a flood
-            self._forget(spent)
-            spent.broken = spent.over = spent.shed = True
+        for spent in halves.spent:  # a rename storm (``_watch_moves.REKEY_WORK``): as a flood, given
+            spent.broken = spent.over = spent.shed = True  # back by the next full read (``dropped``)
+            self.dropped.append(spent)
 
     def _new_dirs(self, held: _Held, rels: list[str]) -> None:
         """Directories made below ``held``'s tree: watched (and what they hold found) as their events

@@ -45,8 +45,8 @@ __all__ = ["PAIRED", "REKEY_WORK", "Halves", "adding", "pairs_of", "settle"]
 # of the marker event a pairing queues (watch descriptor: the moved directory's; name: ``old\0new``).
 PAIRED = 0x10000000
 
-# Paths one watch's pairings look at between two drains, at most (~0.1 s of the reader thread).
-REKEY_WORK = 1 << 18
+# Paths one watch's pairings look at between two drains, at most (~10-30 ms of the reader thread).
+REKEY_WORK = 1 << 16
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 

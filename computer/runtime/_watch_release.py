@@ -14,6 +14,7 @@ ones to no one (the owner table no longer names those watches).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from ._inotify_abi import EVENT
@@ -33,13 +34,14 @@ class _Instance(Protocol):
     def _queued(self) -> int: ...
 
 
-def give_back(instance: _Instance, wds: list[int], queue_events: int, rm_watch: object) -> None:
+def give_back(
+    instance: _Instance, wds: list[int], queue_events: int, rm_watch: Callable[[int, int], int]
+) -> None:
     """``inotify_rm_watch`` each of ``wds`` (already out of the owner table), a slice at a time."""
-    remove = rm_watch  # (the libc function: typed loosely, as ``_watch`` holds it)
     step = max(1, queue_events // 4)
     for start in range(0, len(wds), step):
         part = wds[start : start + step]
         if len(part) > 64 and instance._queued() // EVENT.size + len(part) > queue_events * 3 // 4:
             instance.pump(READ_SIZE, reads=READS)  # room first: the queue may hold others' events
         for wd in part:
-            remove(instance.fd, wd)  # type: ignore[operator]  # EINVAL when the kernel dropped it: fine
+            rm_watch(instance.fd, wd)  # EINVAL when the kernel dropped it: fine
