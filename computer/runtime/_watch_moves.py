@@ -19,10 +19,11 @@ directories below it not watched yet, and a move read while, or after, the watch
 until a read finds the queue empty (:meth:`Halves.settle`): a listing may have raced with the move and
 named what it found under the old name, or missed what moved. A queue overflow breaks every watch.
 
-Bounded: a pairing looks at every path the watch holds (its directories, what its new ones held), on
-the process's one reader thread with the shared lock held. A watch's pairings between two drains look
-at ``REKEY_WORK`` paths at most; past it the watch gives its watches back as one flooding the queue
-does (``Halves.spent``, ``_watch._Inotify._shed``: the mirror walks for ``SHED_FOR``). Before (s67), a
+Bounded: a pairing looks at every path the watch holds (its directories, what its new ones held, those
+made in the same read or left to adopt), on the process's one reader thread with the shared lock held.
+A watch's pairings between two drains look at ``REKEY_WORK`` paths at most; past it the watch gives
+its watches back as one flooding the queue does (``Halves.spent``, given back by the next full read:
+``_watch._Inotify.dropped``; the mirror walks for ``SHED_FOR``). Before (s67), a
 program's ``mv a b; mv b a`` loop in a tree of 20,000 directories (10,000 renames, 0.3 s of the
 program's) held the lock every mirror's sync takes 5.6 s, and the queue overflowed meanwhile: every
 other workspace's watch broke and walked its tree (``tests/security/test_attacks10``).
@@ -33,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Halves:
     def moved_from(self, owner: _Held, cookie: int, rel: str | None) -> None:
         self.froms[cookie] = (owner, rel)
 
-    def moved_to(self, owner: _Held, cookie: int, rel: str | None, fresh: Iterable[str]) -> bool:
+    def moved_to(self, owner: _Held, cookie: int, rel: str | None, fresh: Collection[str]) -> bool:
         """Pair the move ending at ``rel``; whether the watch's paths were re-keyed (else it broke, or
         the pair was one it cannot vouch for)."""
         owner_from, old = self.froms.pop(cookie, (None, None))
@@ -73,13 +74,15 @@ class Halves:
             if owner_from is not None:
                 owner_from.broken = True
             return False
-        if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
-            owner.broken = True
-            return False
-        owner.rekeyed += len(owner.dirs) + len(owner.walked) + len(owner.stats)
+        owner.rekeyed += (
+            len(owner.dirs) + len(owner.walked) + len(owner.stats) + len(fresh) + len(owner.unadopted)
+        )
         if owner.rekeyed > REKEY_WORK:  # a rename storm: shed, as a flood of the queue (see the module)
             owner.broken = True
             self.spent.append(owner)
+            return False
+        if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
+            owner.broken = True
             return False
         # A new map only when a drain holds the one at hand (``lent``, by ``take``): one copy a drain.
         dirs, top, owners = dict(owner.dirs) if owner.lent else owner.dirs, None, self.owners
