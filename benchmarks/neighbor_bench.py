@@ -47,6 +47,14 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "mkdir -p r && (cd r && seq 5000 | xargs touch) && "
         f"timeout {T} bash -c 'while :; do mv r s; mv s r; done'",
     ),
+    # A directory's rename storm over a tree of 20,000 watched directories (each pairing re-keyed every
+    # watched path on the shared reader, s67: ``_watch_moves.REKEY_WORK``).
+    "dirstorm": (
+        "shell",
+        "python3 -c \"import os, time\nfor i in range(200):\n os.mkdir('d%d' % i)\n"
+        " for j in range(99): os.mkdir('d%d/s%d' % (i, j))\nos.mkdir('a'); time.sleep(1)\n"
+        "for _ in range(5000): os.rename('a', 'b'); os.rename('b', 'a')\" && sleep 2",
+    ),
     "rmtree": ("shell", "mkdir -p big && (cd big && seq 100000 | xargs touch) && rm -rf big"),
     "sparse": ("shell", "truncate -s 2G sparse && sleep 3 && rm sparse"),
     "dd": (

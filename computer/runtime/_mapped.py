@@ -13,7 +13,7 @@ with a fingerprint of their content; a file whose fingerprint moved since the la
 newly mapped) is forced into the next pull (``Mirror.force``). A file no longer mapped is looked at
 once more and then forgotten: any later write to it goes through ``write`` and moves its times.
 
-Bounded: ``MAPS_BYTES`` of each process's maps are read (a process with 65,000 mappings is cut
+Bounded: ``MAPS_BYTES`` of each process's maps are read, ``MAPS_LOOKED`` of all of them (a process with 65,000 mappings is cut
 short: it only hides its own files from its own workspace), and ``MAX_FILES`` files are followed; a
 sync's look (``paced``) comes at most every ``PERIOD`` (1 s) and takes at most a tenth of the time,
 as the walk of an unwatched tree (~36 µs a process with no mapping, ~0.1 ms with ten; 100 MB
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from xxhash import xxh3_128
 
-from ._beneath import BeneathReader
+from ._beneath import HOLE, BeneathReader
 from ._entry import INO, KIND
 from ._mirror import Mirror
 
@@ -77,12 +77,21 @@ def _maps(pid: int) -> bytes | None:
 
 
 def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
-    """Inodes of the files on the device ``dev`` that one of ``pids`` maps shared and writable."""
+    """Inodes of the files on the device ``dev`` that one of ``pids`` maps shared and writable; the maps
+    of every process together read at most ``MAPS_LOOKED`` (the processes past it not looked at: they
+    only hide their own writes from their own workspace). Before (s67), ``MAPS_BYTES`` a process: a
+    sandbox's 256 processes each holding ~30,000 small mappings (no memory: ``mmap`` untouched) had
+    each look read 256 MiB of maps the kernel writes out: ~29 ms one such process here (load 15), so
+    ~7 s a look of a host core for 256 (``tests/security/test_attacks10``)."""
     line = _maps_of(dev, rb".w.s")
     found: set[int] = set()
+    left = MAPS_LOOKED
     for pid in pids:
+        if left <= 0:
+            break
         data = _maps(pid)
         if data is not None:
+            left -= len(data)
             found.update(int(inode) for inode in line.findall(data))
     return found
 
@@ -250,10 +259,20 @@ class MappedFiles:
 
 
 def _fingerprint(reader: BeneathReader, rel: str) -> int | None:
+    """The file ``rel``'s content as one number; a whole chunk in a hole (``BeneathReader.chunks``'
+    :data:`HOLE`) is a tag, its zeros never hashed. Every chunk but the last is a whole one, so the
+    tags and pieces spell one file only. Before (s67), a program mapping a page of each of
+    ``MAX_FILES`` sparse files of 4 GiB (``RLIMIT_FSIZE``; free on its tmpfs) had each look hash 1 TiB
+    of zeros: ~54 s of a host core at the sandbox's end, a tenth of one all its life
+    (``tests/security/test_attacks10``)."""
     try:
         digest = xxh3_128()
         for piece in reader.chunks(rel):
-            digest.update(piece)
+            if piece is HOLE:
+                digest.update(b"H")
+            else:
+                digest.update(b"D")
+                digest.update(piece)
     except OSError:
         return None
     return digest.intdigest()

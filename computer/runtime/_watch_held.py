@@ -23,6 +23,7 @@ class _Held:
         "events",
         "lent",
         "over",
+        "rekeyed",
         "root",
         "shed",
         "stats",
@@ -51,3 +52,4 @@ class _Held:
         self.unadopted: list[str] = []
         self.lent = False  # ``dirs`` handed to a drain (``take``): a move re-keys a copy (``_watch_moves``)
         self.adopting, self.adopted = 0, False  # adding directories (or not read past it): pairs no move
+        self.rekeyed = 0  # paths its pairings looked at since the last take (``_watch_moves.REKEY_WORK``)

@@ -21,6 +21,15 @@ directory still watched there (``mv --exchange``, a move over an empty directory
 directories below it not watched yet, and a move read while, or after, the watch added directories
 until a read finds the queue empty (:meth:`Halves.settle`): a listing may have raced with the move and
 named what it found under the old name, or missed what moved. A queue overflow breaks every watch.
+
+Bounded: a pairing looks at every path the watch holds (its directories, what its new ones held, those
+made in the same read or left to adopt), on the process's one reader thread with the shared lock held.
+A watch's pairings between two drains look at ``REKEY_WORK`` paths at most; past it the watch gives
+its watches back as one flooding the queue does (``Halves.spent``, given back by the next full read:
+``_watch._Inotify.dropped``; the mirror walks for ``SHED_FOR``). Before (s67), a
+program's ``mv a b; mv b a`` loop in a tree of 20,000 directories (10,000 renames, 0.3 s of the
+program's) held the lock every mirror's sync takes 5.6 s, and the queue overflowed meanwhile: every
+other workspace's watch broke and walked its tree (``tests/security/test_attacks10``).
 """
 
 from __future__ import annotations
@@ -28,17 +37,20 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._watch_held import _Held
 
-__all__ = ["PAIRED", "Halves", "adding", "pairs_of", "settle"]
+__all__ = ["PAIRED", "REKEY_WORK", "Halves", "adding", "pairs_of", "settle"]
 
 # A bit no kernel event carries (it is ``IN_MASK_CREATE``'s, an ``inotify_add_watch`` flag): the mask
 # of the marker event a pairing queues (watch descriptor: the moved directory's; name: ``old\0new``).
 PAIRED = 0x10000000
+
+# Paths one watch's pairings look at between two drains, at most (~10-30 ms of the reader thread).
+REKEY_WORK = 1 << 16
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
@@ -46,17 +58,18 @@ _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodee
 class Halves:
     """The ``IN_MOVED_FROM`` halves of directory moves one read brought (``_Inotify._dispatch``)."""
 
-    __slots__ = ("carried", "froms", "owners")
+    __slots__ = ("carried", "froms", "owners", "spent")
 
     def __init__(self, owners: dict[int, _Held]) -> None:
         self.owners = owners
         self.froms: dict[int, tuple[_Held, str | None]] = {}  # cookie -> (watch, old relative path)
         self.carried: dict[int, tuple[_Held, str | None]] = {}  # those the previous read left
+        self.spent: list[_Held] = []  # watches past ``REKEY_WORK``: to give their watches back
 
     def moved_from(self, owner: _Held, cookie: int, rel: str | None) -> None:
         self.froms[cookie] = (owner, rel)
 
-    def moved_to(self, owner: _Held, cookie: int, rel: str | None, fresh: Iterable[str]) -> bool:
+    def moved_to(self, owner: _Held, cookie: int, rel: str | None, fresh: Collection[str]) -> bool:
         """Pair the move ending at ``rel``; whether the watch's paths were re-keyed (else it broke, or
         the pair was one it cannot vouch for)."""
         half = self.froms.pop(cookie, None) or self.carried.pop(cookie, None)
@@ -66,6 +79,13 @@ class Halves:
             owner.broken = True  # moved in from outside the tree (or another watch's)
             if owner_from is not None:
                 owner_from.broken = True
+            return False
+        owner.rekeyed += (
+            len(owner.dirs) + len(owner.walked) + len(owner.stats) + len(fresh) + len(owner.unadopted)
+        )
+        if owner.rekeyed > REKEY_WORK:  # a rename storm: shed, as a flood of the queue (see the module)
+            owner.broken = True
+            self.spent.append(owner)
             return False
         if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
             owner.broken = True
