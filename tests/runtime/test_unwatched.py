@@ -55,7 +55,12 @@ async def test_a_tree_past_a_watchs_share_is_walked_whole_and_watched_again_once
                 await asyncio.sleep(0.05)
             assert mirror.quiet(paced=True) or mirror.walk_next <= time.monotonic()
         small = await (await ws.runtime.exec("rm -rf t/d{1..29}")).result()
-        assert small.pulled == [f"/workspace/t/d{i}" for i in sorted(range(1, 30), key=str)]
+        gone = [f"/workspace/t/d{i}" for i in sorted(range(1, 30), key=str)]
+        if live:  # a slow rm (load) is pulled by a tick too: it removed some of a directory's first
+            assert set(gone) <= set(small.pulled), small.pulled
+            assert all(any(p.startswith(g + "/") for g in gone) for p in set(small.pulled) - set(gone))
+        else:
+            assert small.pulled == gone
         again = await (await ws.runtime.exec("touch t/d0/new")).result()  # its push arms a watch
         assert again.pulled == ["/workspace/t/d0/new"]
         assert not mirror.unwatched and mirror.watch is not None and not mirror.watch.over
