@@ -82,7 +82,7 @@ def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:
     assert (cat.returncode, cat.stdout) == (0, "hello\n")
     assert not {"computer.runtime.shell", "computer.runtime.python"} & set(loaded["modules"])  # type: ignore[call-overload]
     missing, _ = _run(tmp_path, "shell", "lines", "-c", "cat nope.txt")
-    assert missing.returncode == 1 and "FileNotFoundError" in missing.stderr
+    assert missing.returncode == 1 and "cat: No such file or directory" in missing.stderr
     failed, _ = _run(tmp_path, "shell", "lines", "-c", "!exit 3")
     assert failed.returncode == 3 and "exit 3" in failed.stderr  # the command's own code, as tool exec
 
