@@ -22,7 +22,7 @@ from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
 from ._held_links import is_utf8, share_names, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._moves import moved_names
-from ._pull_moves import PullRenames, first_renamed, translated
+from ._pull_moves import PullRenames, first_renamed, rename_parents, translated
 from ._pull_pages import keys_below, leading, path_order, removal_pages
 from ._special_dirs import spare_below
 
@@ -62,6 +62,7 @@ class MirrorPull(PullRenames):
             touched = None  # a directory's move the state cannot follow: walked (``_pull_moves``)
         if moved and touched is not None:  # a forced file below a moved directory: at its new name
             touched |= translated(forced, self.renaming)
+            touched |= rename_parents(self.watch.moves) - {""}  # (``a -> b -> a`` too: no pair left)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)

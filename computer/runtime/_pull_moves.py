@@ -55,6 +55,7 @@ __all__ = [
     "as_taken",
     "first_renamed",
     "rename_dirs",
+    "rename_parents",
     "renames_refused",
     "translated",
 ]
@@ -280,6 +281,18 @@ def _related(a: str, b: str) -> bool:
 def translated(paths: set[str], moves: Sequence[tuple[str, str]]) -> set[str]:
     """The state's ``paths`` (relative) where ``moves`` took them."""
     return {_translate(rel, moves) for rel in paths} if moves else set()
+
+
+def rename_parents(moves: Sequence[tuple[str, str]]) -> set[str]:
+    """The directories ``moves`` (relative, in order: a kept watch's, every one it saw) took a name from
+    or gave one to, whose times moved, each at its name once every later move is done. A pull reads
+    their times (``MirrorPull.plan``). Before, s67, only the pairs left to send named them, at their
+    names at that move: in ``mv e d/s/e && mv d dd`` the pull lstat-ed ``d/s``, gone, so ``dd/s``'s
+    time never reached the store (which took its rename's moment), and ``mv d/s/t x && mv x d/s/t``
+    (no pair left) never named ``d/s`` at all."""
+    return {
+        _translate(path.rpartition("/")[0], moves[at + 1 :]) for at, pair in enumerate(moves) for path in pair
+    }
 
 
 def _translate(rel: str, moves: Sequence[tuple[str, str]]) -> str:
