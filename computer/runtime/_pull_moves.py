@@ -153,6 +153,10 @@ class PullRenames(MirrorWatch):
             if was is None or was not in state:
                 if was is not None and keys_below(olds, was):
                     return False
+                # One carrying a pair's new name (``mkdir n && mv d n/d && mv n m``) is walked and paired
+                # there (``d -> m/d``): before, s67, ``d -> n/d`` was sent, a name gone by then.
+                if any(new == src or new.startswith(src + "/") for _, new in taken):
+                    return False
                 continue  # made since the last pull: its entries are events
             if not _is_dir(state[was]) or not _dirs_above(dst, taken, state):
                 return False  # (a symlink above the new name: the owner's rename would go through it)
