@@ -118,6 +118,8 @@ class PullRenames(MirrorWatch):
             held = _untranslate(new, moves)
             if held is not None and held in state:
                 continue  # the new name is taken in the state (a rename over it: sent as before)
+            if any(dst == new or dst.startswith(new + "/") for _, dst in moves):
+                continue  # an earlier pair's parents made it (``mv d n/d; mv e n/e; mv n/d n/e/d``; s67)
             if not _dirs_above(new, moves, state):
                 continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
