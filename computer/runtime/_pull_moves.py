@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import os
+import stat
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -181,6 +183,10 @@ class PullRenames(MirrorWatch):
                 taken.append((src, dst))
         if len(taken) > MAX_RENAMES:
             return False
+        # A new name gone by now (``mkdir n && mv d n/d && rm -rf n``) is walked: the owner's rename
+        # made ``n``, which nothing removed then (s67: the workspace kept an empty ``n``).
+        if not all(_dir_now(f"{self.directory}/{dst}") for _, dst in taken):
+            return False
         if taken:
             self._rekey(taken)
         return True
@@ -277,6 +283,13 @@ def _is_dir(entry: Entry | None) -> bool:
 
 def _same(old: Entry | None, entry: Entry) -> bool:
     return old is not None and old[INO] == entry[INO] and old[KIND] == entry[KIND]
+
+
+def _dir_now(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _related(a: str, b: str) -> bool:

@@ -28,6 +28,11 @@ call and live, after reopens; each a regression test of a defect found so.
   only): the walk's pairing sent ``d -> m/e/d`` first, whose parents the owner made, then ``e ->
   m/e``, onto them. A pair whose new name an earlier pair's parents hold is sent as before now, a
   removal and the new tree (``runtime/_pull_moves.py``, ``find_renames``).
+- A tree moved into a new directory that the run then removes (``mkdir n && mv d n/d && rm -rf n``: a
+  staging directory discarded) left an empty ``n`` in the workspace, absent from the sandbox until a
+  reopen showed it there too: the pair ``d -> n/d`` was sent, the owner made ``n`` for it, and ``n``,
+  made and removed in the run, was never sent as removed. A pair whose new name is gone by the pull has
+  it walk now (``runtime/_pull_moves.py``, ``watched_renames``).
 """
 
 from __future__ import annotations
@@ -116,5 +121,16 @@ async def test_two_trees_moved_one_into_the_other_below_a_new_directory(db: Path
         assert await _listing(ws) == seen
         assert await ws.fs.read_text(f"{ROOT}/m/e/d/s/g") == "2\n"
         assert await ws.fs.read_text(f"{ROOT}/m/e/f") == "1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, LIST)).stdout == seen
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_tree_moved_into_a_new_directory_then_removed_leaves_nothing(db: Path, live: bool) -> None:
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p d/s e && echo 1 > d/s/f")
+        seen = (await ok(ws, f"mkdir n && mv d n/d && rm -rf n && {LIST}")).stdout
+        assert seen == "d ./e\n"
+        assert await _listing(ws) == seen  # was: an empty n too
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, LIST)).stdout == seen
