@@ -57,12 +57,14 @@ class MirrorPull(PullRenames):
         collecting them (``PullPlan.overflow``); a watched pull is bounded by what a watch holds."""
         forced = self.forced
         touched = self.touched()  # what the watch saw, and the files forced (``_mapped``)
-        moved = bool(touched is not None and self.watch is not None and self.watch.moves)
-        if moved and not self.watched_renames(self.watch.moves):  # type: ignore[union-attr]
+        moves = self.watch.moves if touched is not None and self.watch is not None else []
+        moved, named = bool(moves), touched  # (a walk for moves reads the times events name: ``moved_times``)
+        if moved and not self.watched_renames(moves):
             touched = None  # a directory's move the state cannot follow: walked (``_pull_moves``)
+            named = (named or set()) | rename_parents(moves)
         if moved and touched is not None:  # a forced file below a moved directory: at its new name
             touched |= translated(forced, self.renaming)
-            touched |= rename_parents(self.watch.moves) - {""}  # (``a -> b -> a`` too: no pair left)
+            touched |= rename_parents(moves) - {""}  # (``a -> b -> a`` too: no pair left)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
@@ -77,7 +79,7 @@ class MirrorPull(PullRenames):
             renames = self.find_renames(now, denied)  # (the state re-keyed to their new names)
             plan = self._plan(now, set(now) | set(self.state), walked)
             plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in renames]
-            self.moved_times(plan, walked)  # a directory's time alone (no event names it)
+            self.moved_times(plan, walked, named)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)

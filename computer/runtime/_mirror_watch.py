@@ -97,19 +97,29 @@ class MirrorWatch(MirrorBase):
             return paced and time.monotonic() < self.walk_next
         return self.watch.pending() == 0 and not self.look_due(paced)
 
-    def moved_times(self, plan: PullPlan, walked: dict[str, int]) -> None:
+    def moved_times(self, plan: PullPlan, walked: dict[str, int], named: set[str] | None = None) -> None:
         """A walk's ``plan`` (no watch: no event names a directory whose entry did not change) takes the
         time of each directory whose mtime moved since the last walk (``walk_times``): a run's
         ``touch d``, ``tar -x`` or ``rsync -a`` over it, a name made and removed in it. Before (s66),
         a tree past ``MAX_DIRS`` lost them: the store and a reopen kept the older time. The baseline
-        the pull moved on from is kept until it is stored (``pull_stored``, ``pull_unsent``)."""
+        the pull moved on from is kept until it is stored (``pull_stored``, ``pull_unsent``).
+        ``named``: a watched tree walked for moves its state cannot follow (``mkdir n && mv d n/d && mv
+        n d``) has no such baseline: the directories its events named (at any name they had, and their
+        parents) take their time, as do the moves' parents (``rename_parents``). Before, s67, a watched
+        tree walked so sent none: the directory around ``d`` kept its older time in the store."""
+        extra = {p for r in named for p in (r, r.rpartition("/")[0])} if named else set()
         before, self.walk_times = self.walk_times, walked
         if self.walk_undo is None:  # (else an earlier plan's pull not stored yet: what came before it)
             self.walk_undo = before
         made = {d.path for d in plan.dirs}
         room = self.room()
         for rel, ns in walked.items():
-            if rel and before.get(rel, ns) != ns and is_utf8(rel) and not self.too_long(rel, room):
+            if (
+                rel
+                and (before.get(rel, ns) != ns or rel in extra)
+                and is_utf8(rel)
+                and not self.too_long(rel, room)
+            ):
                 path = self.workspace_path(rel)
                 if path not in made and path not in plan.dir_times and path not in plan.unsyncable:
                     plan.time_dir(path, ns)

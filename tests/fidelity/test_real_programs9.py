@@ -33,6 +33,12 @@ call and live, after reopens; each a regression test of a defect found so.
   reopen showed it there too: the pair ``d -> n/d`` was sent, the owner made ``n`` for it, and ``n``,
   made and removed in the run, was never sent as removed. A pair whose new name is gone by the pull has
   it walk now (``runtime/_pull_moves.py``, ``watched_renames``).
+- A tree moved into a new directory that then takes the tree's old name (``cd w && mkdir n && mv d n/d
+  && mv n d``: a tool wrapping its output one level down) is walked (the watch's pairing cannot follow
+  it), and a walk of a watched tree had no baseline of directories' times: ``w`` kept its older time
+  in the store (the 2001 of a ``touch -d`` here) and a reopen showed it. The directories the events
+  named, their parents and the moves' parents take their times now (``runtime/_mirror_watch.py``,
+  ``moved_times``).
 """
 
 from __future__ import annotations
@@ -134,3 +140,21 @@ async def test_a_tree_moved_into_a_new_directory_then_removed_leaves_nothing(db:
         assert await _listing(ws) == seen  # was: an empty n too
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, LIST)).stdout == seen
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_tree_wrapped_one_level_down_under_its_own_name_keeps_times(db: Path, live: bool) -> None:
+    times = "stat -c '%n %.9Y' w w/d w/d/d w/d/d/s"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p w/d/s && echo 1 > w/d/s/f && touch -d @1000000000 w w/d w/d/s")
+        seen = (await ok(ws, f"(cd w && mkdir n && mv d n/d && mv n d) && {times}")).stdout
+        assert [line.endswith(" 1000000000.000000000") for line in seen.splitlines()] == [
+            False,
+            False,
+            True,
+            True,
+        ]
+        assert await _store_times(ws, ["w", "w/d", "w/d/d", "w/d/d/s"]) == seen  # was: w in 2001
+        assert await ws.fs.read_text(f"{ROOT}/w/d/d/s/f") == "1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == seen
