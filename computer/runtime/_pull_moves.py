@@ -185,8 +185,11 @@ class PullRenames(MirrorWatch):
             return False
         # A new name gone by now (``mkdir n && mv d n/d && rm -rf n``) is walked: the owner's rename
         # made ``n``, which nothing removed then (s67: the workspace kept an empty ``n``).
-        if not all(_dir_now(f"{self.directory}/{dst}") for _, dst in taken):
-            return False
+        if not all(
+            _dir_now(f"{self.directory}/{_translate(dst, taken[at + 1 :])}")
+            for at, (_, dst) in enumerate(taken)
+        ):
+            return False  # (each at its name once the later pairs are done)
         if taken:
             self._rekey(taken)
         return True
