@@ -64,7 +64,7 @@ class MirrorPull(PullRenames):
             named = (named or set()) | rename_parents(moves)
         if moved and touched is not None:  # a forced file below a moved directory: at its new name
             touched |= translated(forced, self.renaming)
-            touched |= rename_parents(moves) - {""}  # (``a -> b -> a`` too: no pair left)
+            touched |= self.moved_parents(moves)  # (``a -> b -> a`` too: no pair left)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)

@@ -194,6 +194,17 @@ class PullRenames(MirrorWatch):
             self._rekey(taken)
         return True
 
+    def moved_parents(self, moves: Sequence[tuple[str, str]]) -> set[str]:
+        """The directories the watch's ``moves`` took a name from or gave one to (``rename_parents``,
+        the top left out: ``RootTime``), lstat-ed at the pull: the watch's own lstat of a new one, taken
+        as it appeared, is dropped (s67: ``mkdir -p x/y/z && mv x/y/z q`` kept the time ``x/y`` had
+        before ``z`` left it, the move's event naming ``z`` alone)."""
+        parents = rename_parents(moves) - {""}
+        stats = self.watch.stats if self.watch is not None else {}
+        for rel in parents.intersection(stats):
+            del stats[rel]
+        return parents
+
     def _rekey(self, moves: list[tuple[str, str]]) -> None:
         """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""
         self.renamed_from = (self.state, self.chunks, self.prints)

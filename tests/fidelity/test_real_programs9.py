@@ -39,6 +39,11 @@ call and live, after reopens; each a regression test of a defect found so.
   in the store (the 2001 of a ``touch -d`` here) and a reopen showed it. The directories the events
   named, their parents and the moves' parents take their times now (``runtime/_mirror_watch.py``,
   ``moved_times``).
+- A directory made in the run that a directory made in it then leaves (``mkdir -p x/y/z; sleep; mv
+  x/y/z q``: a build's scratch tree moved into place) kept the time its watch read as it appeared: the
+  move's event names ``z`` alone, so nothing had ``x/y`` read again, and the store (and a reopen) showed
+  ``x/y`` older than the run left it. The moves' parents are lstat-ed at the pull now
+  (``runtime/_pull_moves.py``, ``moved_parents``).
 """
 
 from __future__ import annotations
@@ -156,5 +161,16 @@ async def test_a_tree_wrapped_one_level_down_under_its_own_name_keeps_times(db: 
         ]
         assert await _store_times(ws, ["w", "w/d", "w/d/d", "w/d/d/s"]) == seen  # was: w in 2001
         assert await ws.fs.read_text(f"{ROOT}/w/d/d/s/f") == "1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == seen
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_new_directory_a_new_one_leaves_keeps_its_later_time(db: Path, live: bool) -> None:
+    times = "stat -c '%n %.9Y' x x/y q"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "true")
+        seen = (await ok(ws, f"mkdir -p x/y/z && sleep 0.2 && mv x/y/z q && {times}")).stdout
+        assert await _store_times(ws, ["x", "x/y", "q"]) == seen  # was: x/y 0.2 s older
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, times)).stdout == seen
