@@ -207,7 +207,8 @@ class MirrorPull(PullRenames):
             entry = now.get(rel)
             if old == entry:
                 if watched and old is not None and old[KIND] == "d":
-                    parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                    # An event named it: a ``touch`` of it, or ``rm -r a; mkdir a`` (s67: its parent's time).
+                    parents.update((rel, rel.rpartition("/")[0]))
                 elif old is None and not (len(rel) > quick and self.too_long(rel, room)):
                     parents.add(rel.rpartition("/")[0])  # a name made and removed: its directory's time moved
                 continue

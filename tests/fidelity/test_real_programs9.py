@@ -44,6 +44,11 @@ call and live, after reopens; each a regression test of a defect found so.
   move's event names ``z`` alone, so nothing had ``x/y`` read again, and the store (and a reopen) showed
   ``x/y`` older than the run left it. The moves' parents are lstat-ed at the pull now
   (``runtime/_pull_moves.py``, ``moved_parents``).
+- ``rm -rf build && mkdir build`` (every clean build) moved the time of the directory around ``build``
+  in the sandbox, never in the store: a directory's entry is its mode alone, so ``build`` made again
+  compared equal, and only its own time was read. After a reopen ``stat .`` showed the time before the
+  run (here a 2001 ``touch -d``). A directory an event names has its parent's time read too now
+  (``runtime/_mirror_pull.py``, ``_plan``; a time the store has already is no change: nothing logged).
 """
 
 from __future__ import annotations
@@ -172,5 +177,25 @@ async def test_a_new_directory_a_new_one_leaves_keeps_its_later_time(db: Path, l
         await ok(ws, "true")
         seen = (await ok(ws, f"mkdir -p x/y/z && sleep 0.2 && mv x/y/z q && {times}")).stdout
         assert await _store_times(ws, ["x", "x/y", "q"]) == seen  # was: x/y 0.2 s older
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == seen
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_directory_removed_and_made_again_moves_its_parent_s_time(db: Path, live: bool) -> None:
+    times = "stat -c '%n %.9Y' w w/build"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p w/build/obj && echo 1 > w/build/obj/o && touch -d @1000000000 w w/build")
+        seen = (await ok(ws, f"rm -rf w/build && mkdir w/build && {times}")).stdout
+        assert " 1000000000.000000000" not in seen, seen
+        assert await _store_times(ws, ["w", "w/build"]) == seen  # was: w in 2001
+        rev = ws.fs.rev
+        assert (
+            await ok(ws, "touch -d @1000000000 w/build && stat -c %.9Y w/build")
+        ).stdout == "1000000000.000000000\n"
+        assert [(c.op, c.path) for c in ws.fs.changes_since(rev, ROOT).changes] == [
+            ("touch", f"{ROOT}/w/build")
+        ]
+        seen = (await ok(ws, times)).stdout
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, times)).stdout == seen
