@@ -68,6 +68,7 @@ class MirrorPull(PullRenames):
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
+            since = None if self.walk_times else self.armed_ns  # (no baseline: ``recent_dirs``)
             # A new watch first, then the walk (what changes after it is the next pull's): before, only
             # a push armed one, and a sandbox whose program moved a directory walked on every tick.
             self.unwatch()
@@ -79,7 +80,7 @@ class MirrorPull(PullRenames):
             renames = self.find_renames(now, denied)  # (the state re-keyed to their new names)
             plan = self._plan(now, set(now) | set(self.state), walked)
             plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in renames]
-            self.moved_times(plan, walked, named)  # a directory's time alone (no event names it)
+            self.moved_times(plan, walked, named, since)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
