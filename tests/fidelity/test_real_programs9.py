@@ -64,11 +64,9 @@ import pytest
 
 from computer.runtime import _watch
 
-from ._support import KINDS, ROOT, ok, opened, shell
+from ._support import KINDS, ROOT, ok, opened, sandbox_view, shell, workspace_view
 
 LIST = "find . -mindepth 1 -printf '%y %p\\n' | sort"
-
-TIMES = "stat -c '%n %.9Y' dd dd/s dd/s/e dd/s/e/f"
 
 
 async def _store_times(ws: object, names: list[str]) -> str:
@@ -80,42 +78,54 @@ async def _store_times(ws: object, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+async def _kept_times(db: Path, live: bool, setup: str, program: str, names: list[str]) -> str:
+    """``program``'s directories' times (``stat`` of ``names`` at its end) as the store and, after a
+    reopen, a new sandbox show them: the same."""
+    times = "stat -c '%n %.9Y' " + " ".join(names)
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, setup)
+        seen = (await ok(ws, f"{program} && {times}")).stdout
+        assert await _store_times(ws, names) == seen
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == seen
+    return seen
+
+
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_directory_moved_into_one_then_moved_keeps_its_new_parent_s_time(
     db: Path, live: bool
 ) -> None:
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "mkdir -p d/s e && echo 1 > e/f && touch -d @1000000000 d d/s e")
-        seen = (await ok(ws, f"mv e d/s/e && mv d dd; {TIMES}")).stdout
-        assert seen.splitlines()[1].endswith(" 1000000000.000000000") is False, seen  # (``s`` took ``e``)
-        assert (await ok(ws, TIMES)).stdout == seen
-        assert await _store_times(ws, ["dd", "dd/s", "dd/s/e", "dd/s/e/f"]) == seen
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, TIMES)).stdout == seen  # was: dd/s at the pull's commit, ms later
+    setup = "mkdir -p d/s e && echo 1 > e/f && touch -d @1000000000 d d/s e"
+    names = ["dd", "dd/s", "dd/s/e", "dd/s/e/f"]
+    seen = await _kept_times(db, live, setup, "mv e d/s/e && mv d dd", names)  # was: dd/s ms later
+    assert not seen.splitlines()[1].endswith(" 1000000000.000000000"), seen  # (``s`` took ``e``)
 
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_directory_moved_away_and_back_moves_its_parents_times(db: Path, live: bool) -> None:
-    times = "stat -c '%n %.9Y' . d d/s d/s/t d/s/t/f"
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "mkdir -p d/s/t && echo 1 > d/s/t/f && touch -d @1000000000 d d/s d/s/t")
-        seen = (await ok(ws, f"mv d/s/t x && mv x d/s/t; {times}")).stdout
-        assert [line.endswith(" 1000000000.000000000") for line in seen.splitlines()] == [
-            False,  # (``x`` came and went)
-            True,
-            False,
-            True,
-            False,
-        ], seen
-        assert await _store_times(ws, [".", "d", "d/s", "d/s/t", "d/s/t/f"]) == seen  # was: d/s in 2001
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, times)).stdout == seen
+    setup = "mkdir -p d/s/t && echo 1 > d/s/t/f && touch -d @1000000000 d d/s d/s/t"
+    names = [".", "d", "d/s", "d/s/t", "d/s/t/f"]
+    seen = await _kept_times(db, live, setup, "mv d/s/t x && mv x d/s/t", names)  # was: d/s in 2001
+    old = [line.endswith(" 1000000000.000000000") for line in seen.splitlines()]
+    assert old == [False, True, False, True, False], seen  # (``.``: ``x`` came and went)
 
 
 async def _listing(ws: object) -> str:
     rows = ws.fs.manifest(ROOT)  # type: ignore[attr-defined]
     kinds = {"file": "f", "dir": "d", "symlink": "l"}
     return "".join(sorted(f"{kinds[r.kind]} ./{r.path[len(ROOT) + 1 :]}\n" for r in rows if r.path != ROOT))
+
+
+async def _kept_listing(db: Path, live: bool, setup: str, program: str, expected: str) -> None:
+    """After ``program`` the sandbox lists ``expected``, and so do the workspace and, after a reopen, a
+    new sandbox; every file's bytes the same on both sides."""
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, setup)
+        assert (await ok(ws, f"{program} && {LIST}")).stdout == expected
+        assert await _listing(ws) == expected
+        assert await workspace_view(ws) == await sandbox_view(ws)
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, LIST)).stdout == expected
 
 
 @pytest.mark.parametrize("live", KINDS)
@@ -136,56 +146,35 @@ async def test_a_tree_moved_into_a_new_directory_that_moves_next_lands_whole(db:
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_two_trees_moved_one_into_the_other_below_a_new_directory(db: Path, live: bool) -> None:
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "mkdir -p d/s e/u && echo 1 > e/f && echo 2 > d/s/g")
-        moves = "mkdir n && mv d n/d && mv e n/e && mv n/d n/e/d && mv n m"
-        seen = (await ok(ws, f"{moves} && {LIST}")).stdout  # was: FileExistsError, the run failed
-        assert seen == "d ./m\nd ./m/e\nd ./m/e/d\nd ./m/e/d/s\nd ./m/e/u\nf ./m/e/d/s/g\nf ./m/e/f\n"
-        assert await _listing(ws) == seen
-        assert await ws.fs.read_text(f"{ROOT}/m/e/d/s/g") == "2\n"
-        assert await ws.fs.read_text(f"{ROOT}/m/e/f") == "1\n"
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, LIST)).stdout == seen
+    setup = "mkdir -p d/s e/u && echo 1 > e/f && echo 2 > d/s/g"
+    moves = "mkdir n && mv d n/d && mv e n/e && mv n/d n/e/d && mv n m"  # was: FileExistsError, run failed
+    expected = "d ./m\nd ./m/e\nd ./m/e/d\nd ./m/e/d/s\nd ./m/e/u\nf ./m/e/d/s/g\nf ./m/e/f\n"
+    await _kept_listing(db, live, setup, moves, expected)
 
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_tree_moved_into_a_new_directory_then_removed_leaves_nothing(db: Path, live: bool) -> None:
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "mkdir -p d/s e && echo 1 > d/s/f")
-        seen = (await ok(ws, f"mkdir n && mv d n/d && rm -rf n && {LIST}")).stdout
-        assert seen == "d ./e\n"
-        assert await _listing(ws) == seen  # was: an empty n too
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, LIST)).stdout == seen
+    setup = "mkdir -p d/s e && echo 1 > d/s/f"
+    await _kept_listing(db, live, setup, "mkdir n && mv d n/d && rm -rf n", "d ./e\n")  # was: an empty n too
 
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_tree_wrapped_one_level_down_under_its_own_name_keeps_times(db: Path, live: bool) -> None:
-    times = "stat -c '%n %.9Y' w w/d w/d/d w/d/d/s"
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "mkdir -p w/d/s && echo 1 > w/d/s/f && touch -d @1000000000 w w/d w/d/s")
-        seen = (await ok(ws, f"(cd w && mkdir n && mv d n/d && mv n d) && {times}")).stdout
-        assert [line.endswith(" 1000000000.000000000") for line in seen.splitlines()] == [
-            False,
-            False,
-            True,
-            True,
-        ]
-        assert await _store_times(ws, ["w", "w/d", "w/d/d", "w/d/d/s"]) == seen  # was: w in 2001
-        assert await ws.fs.read_text(f"{ROOT}/w/d/d/s/f") == "1\n"
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, times)).stdout == seen
+    setup = "mkdir -p w/d/s && echo 1 > w/d/s/f && touch -d @1000000000 w w/d w/d/s"
+    program = "(cd w && mkdir n && mv d n/d && mv n d)"
+    seen = await _kept_times(db, live, setup, program, ["w", "w/d", "w/d/d", "w/d/d/s"])  # was: w in 2001
+    assert [line.endswith(" 1000000000.000000000") for line in seen.splitlines()] == [
+        False,
+        False,
+        True,
+        True,
+    ]
 
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_new_directory_a_new_one_leaves_keeps_its_later_time(db: Path, live: bool) -> None:
-    times = "stat -c '%n %.9Y' x x/y q"
-    async with opened(db, shell=shell(live), python=False) as ws:
-        await ok(ws, "true")
-        seen = (await ok(ws, f"mkdir -p x/y/z && sleep 0.2 && mv x/y/z q && {times}")).stdout
-        assert await _store_times(ws, ["x", "x/y", "q"]) == seen  # was: x/y 0.2 s older
-    async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, times)).stdout == seen
+    program = "mkdir -p x/y/z && sleep 0.2 && mv x/y/z q"
+    await _kept_times(db, live, "true", program, ["x", "x/y", "q"])  # was: x/y 0.2 s older
 
 
 @pytest.mark.parametrize("live", KINDS)
