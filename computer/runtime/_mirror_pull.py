@@ -22,7 +22,7 @@ from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
 from ._held_links import is_utf8, share_names, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._moves import moved_names
-from ._pull_moves import PullRenames, first_renamed, translated
+from ._pull_moves import PullRenames, first_renamed, rename_parents, translated
 from ._pull_pages import keys_below, leading, path_order, removal_pages
 from ._special_dirs import spare_below
 
@@ -57,14 +57,18 @@ class MirrorPull(PullRenames):
         collecting them (``PullPlan.overflow``); a watched pull is bounded by what a watch holds."""
         forced = self.forced
         touched = self.touched()  # what the watch saw, and the files forced (``_mapped``)
-        moved = bool(touched is not None and self.watch is not None and self.watch.moves)
-        if moved and not self.watched_renames(self.watch.moves):  # type: ignore[union-attr]
+        moves = self.watch.moves if touched is not None and self.watch is not None else []
+        moved, named = bool(moves), touched  # (a walk for moves reads the times events name: ``moved_times``)
+        if moved and not self.watched_renames(moves):
             touched = None  # a directory's move the state cannot follow: walked (``_pull_moves``)
+            named = (named or set()) | rename_parents(moves)
         if moved and touched is not None:  # a forced file below a moved directory: at its new name
             touched |= translated(forced, self.renaming)
+            touched |= self.moved_parents(moves)  # (``a -> b -> a`` too: no pair left)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
+            since = None if self.walk_times else self.armed_ns  # (no baseline: ``recent_dirs``)
             # A new watch first, then the walk (what changes after it is the next pull's): before, only
             # a push armed one, and a sandbox whose program moved a directory walked on every tick.
             self.unwatch()
@@ -76,7 +80,7 @@ class MirrorPull(PullRenames):
             renames = self.find_renames(now, denied)  # (the state re-keyed to their new names)
             plan = self._plan(now, set(now) | set(self.state), walked)
             plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in renames]
-            self.moved_times(plan, walked)  # a directory's time alone (no event names it)
+            self.moved_times(plan, walked, named, since)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
@@ -204,7 +208,8 @@ class MirrorPull(PullRenames):
             entry = now.get(rel)
             if old == entry:
                 if watched and old is not None and old[KIND] == "d":
-                    parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                    # An event named it: a ``touch`` of it, or ``rm -r a; mkdir a`` (s67: its parent's time).
+                    parents.update((rel, rel.rpartition("/")[0]))
                 elif old is None and not (len(rel) > quick and self.too_long(rel, room)):
                     parents.add(rel.rpartition("/")[0])  # a name made and removed: its directory's time moved
                 continue

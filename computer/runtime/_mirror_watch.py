@@ -4,6 +4,7 @@ run's end, and by a live sandbox's ticks at most a tenth of the time."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from . import _watch
@@ -17,6 +18,8 @@ from ._watch import TreeWatch
 __all__ = ["SHED_FOR", "MirrorWatch"]
 
 SHED_FOR = 30.0  # seconds a mirror whose watch was shed (``_watch``) is walked, not watched
+# How far a directory's ctime may lag the clock (the kernel stamps it from a coarse clock: a tick).
+CTIME_SLACK = 50_000_000
 
 
 class MirrorWatch(MirrorBase):
@@ -28,6 +31,7 @@ class MirrorWatch(MirrorBase):
     shed_until: float  # not watched again before then: its events nearly overflowed the shared queue
     overflow: Overflow | None = None  # the new entries the last walk refused past its cap (``_mirror_walk``)
     walk_times: dict[str, int]  # unwatched: directories' mtimes (ns) as the last walk found them
+    armed_ns: int = 0  # the wall clock (ns) when the watch was last armed (``recent_dirs``)
     walk_undo: dict[str, int] | None  # ``walk_times`` before a pull not stored yet (``pull_unsent``)
     root_time: RootTime
 
@@ -64,8 +68,24 @@ class MirrorWatch(MirrorBase):
             if self.watch is not None and self.watch.over:
                 self.unwatched = True
                 self.unwatch()
+        self.armed_ns = time.time_ns()
         if self.unwatched and not self.walk_times:  # (a fresh mirror, a reopen's: no walk yet)
             self.walk_times = dir_times(self.directory, self.state)
+
+    def recent_dirs(self, walked: dict[str, int], since: int) -> set[str]:
+        """The directories of a walk (``walked``) whose ctime moved since ``since`` (the watch's arming):
+        a watched tree walked with no baseline of times (its watch broke: a move while it added a new
+        directory, frequent under load) tells which times to send by them; a ctime cannot be forged.
+        Before, s67, such a walk sent no directory's time alone (``cd w && mkdir n && mv d n/d && mv n
+        d`` left ``w`` at its older time in the store, now and then)."""
+        base, recent = os.fspath(self.directory) + "/", set()
+        for rel in walked:
+            try:
+                if os.lstat(base + rel if rel else self.directory).st_ctime_ns >= since - CTIME_SLACK:
+                    recent.add(rel)
+            except OSError:
+                continue
+        return recent
 
     def force(self, rel: str) -> int:
         """Have the next pull take the file ``rel`` as changed (1; 0 when the state has no such file):
@@ -97,19 +117,34 @@ class MirrorWatch(MirrorBase):
             return paced and time.monotonic() < self.walk_next
         return self.watch.pending() == 0 and not self.look_due(paced)
 
-    def moved_times(self, plan: PullPlan, walked: dict[str, int]) -> None:
+    def moved_times(
+        self, plan: PullPlan, walked: dict[str, int], named: set[str] | None = None, since: int | None = None
+    ) -> None:
         """A walk's ``plan`` (no watch: no event names a directory whose entry did not change) takes the
         time of each directory whose mtime moved since the last walk (``walk_times``): a run's
         ``touch d``, ``tar -x`` or ``rsync -a`` over it, a name made and removed in it. Before (s66),
         a tree past ``MAX_DIRS`` lost them: the store and a reopen kept the older time. The baseline
-        the pull moved on from is kept until it is stored (``pull_stored``, ``pull_unsent``)."""
+        the pull moved on from is kept until it is stored (``pull_stored``, ``pull_unsent``).
+        ``named``: a watched tree walked for moves its state cannot follow (``mkdir n && mv d n/d && mv
+        n d``) has no such baseline: the directories its events named (at any name they had, and their
+        parents) take their time, as do the moves' parents (``rename_parents``). Before, s67, a watched
+        tree walked so sent none: the directory around ``d`` kept its older time in the store. ``since``:
+        no baseline and no events (a broken watch): those whose ctime moved since (``recent_dirs``)."""
+        if named is None and since is not None:
+            named = self.recent_dirs(walked, since)
+        extra = {p for r in named for p in (r, r.rpartition("/")[0])} if named else set()
         before, self.walk_times = self.walk_times, walked
         if self.walk_undo is None:  # (else an earlier plan's pull not stored yet: what came before it)
             self.walk_undo = before
         made = {d.path for d in plan.dirs}
         room = self.room()
         for rel, ns in walked.items():
-            if rel and before.get(rel, ns) != ns and is_utf8(rel) and not self.too_long(rel, room):
+            if (
+                rel
+                and (before.get(rel, ns) != ns or rel in extra)
+                and is_utf8(rel)
+                and not self.too_long(rel, room)
+            ):
                 path = self.workspace_path(rel)
                 if path not in made and path not in plan.dir_times and path not in plan.unsyncable:
                     plan.time_dir(path, ns)

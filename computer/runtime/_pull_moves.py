@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import os
+import stat
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -55,6 +57,7 @@ __all__ = [
     "as_taken",
     "first_renamed",
     "rename_dirs",
+    "rename_parents",
     "renames_refused",
     "translated",
 ]
@@ -119,6 +122,8 @@ class PullRenames(MirrorWatch):
             held = _untranslate(new, moves)
             if held is not None and held in state:
                 continue  # the new name is taken in the state (a rename over it: sent as before)
+            if any(dst == new or dst.startswith(new + "/") for _, dst in moves):
+                continue  # an earlier pair's parents made it (``mv d n/d; mv e n/e; mv n/d n/e/d``; s67)
             if not _dirs_above(new, moves, state):
                 continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
@@ -154,6 +159,10 @@ class PullRenames(MirrorWatch):
             if was is None or was not in state:
                 if was is not None and keys_below(olds, was):
                     return False
+                # One carrying a pair's new name (``mkdir n && mv d n/d && mv n m``) is walked and paired
+                # there (``d -> m/d``): before, s67, ``d -> n/d`` was sent, a name gone by then.
+                if any(new == src or new.startswith(src + "/") for _, new in taken):
+                    return False
                 continue  # made since the last pull: its entries are events
             if not _is_dir(state[was]) or not _dirs_above(dst, taken, state):
                 return False  # (a symlink above the new name: the owner's rename would go through it)
@@ -176,9 +185,27 @@ class PullRenames(MirrorWatch):
                 taken.append((src, dst))
         if len(taken) > MAX_RENAMES:
             return False
+        # A new name gone by now (``mkdir n && mv d n/d && rm -rf n``) is walked: the owner's rename
+        # made ``n``, which nothing removed then (s67: the workspace kept an empty ``n``).
+        if not all(
+            _dir_now(f"{self.directory}/{_translate(dst, taken[at + 1 :])}")
+            for at, (_, dst) in enumerate(taken)
+        ):
+            return False  # (each at its name once the later pairs are done)
         if taken:
             self._rekey(taken)
         return True
+
+    def moved_parents(self, moves: Sequence[tuple[str, str]]) -> set[str]:
+        """The directories the watch's ``moves`` took a name from or gave one to (``rename_parents``,
+        the top left out: ``RootTime``), lstat-ed at the pull: the watch's own lstat of a new one, taken
+        as it appeared, is dropped (s67: ``mkdir -p x/y/z && mv x/y/z q`` kept the time ``x/y`` had
+        before ``z`` left it, the move's event naming ``z`` alone)."""
+        parents = rename_parents(moves) - {""}
+        stats = self.watch.stats if self.watch is not None else {}
+        for rel in parents.intersection(stats):
+            del stats[rel]
+        return parents
 
     def _rekey(self, moves: list[tuple[str, str]]) -> None:
         """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""
@@ -279,6 +306,13 @@ def _same(old: Entry | None, entry: Entry) -> bool:
     return old is not None and old[INO] == entry[INO] and old[KIND] == entry[KIND]
 
 
+def _dir_now(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _related(a: str, b: str) -> bool:
     """Whether one of two paths is the other or below it."""
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
@@ -287,6 +321,18 @@ def _related(a: str, b: str) -> bool:
 def translated(paths: set[str], moves: Sequence[tuple[str, str]]) -> set[str]:
     """The state's ``paths`` (relative) where ``moves`` took them."""
     return {_translate(rel, moves) for rel in paths} if moves else set()
+
+
+def rename_parents(moves: Sequence[tuple[str, str]]) -> set[str]:
+    """The directories ``moves`` (relative, in order: a kept watch's, every one it saw) took a name from
+    or gave one to, whose times moved, each at its name once every later move is done. A pull reads
+    their times (``MirrorPull.plan``). Before, s67, only the pairs left to send named them, at their
+    names at that move: in ``mv e d/s/e && mv d dd`` the pull lstat-ed ``d/s``, gone, so ``dd/s``'s
+    time never reached the store (which took its rename's moment), and ``mv d/s/t x && mv x d/s/t``
+    (no pair left) never named ``d/s`` at all."""
+    return {
+        _translate(path.rpartition("/")[0], moves[at + 1 :]) for at, pair in enumerate(moves) for path in pair
+    }
 
 
 def _translate(rel: str, moves: Sequence[tuple[str, str]]) -> str:
