@@ -68,12 +68,23 @@ async def test_a_programs_mv_of_a_tree_is_one_rename_in_the_workspace(tmp_path: 
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
-async def test_renames_there_and_back_and_nested(tmp_path: Path, live: bool) -> None:
+async def test_renames_there_and_back_and_nested(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A there-and-back in one pull is nothing to send. A live sandbox's tick pulls while the run goes
+    on: one landing between the two ``mv`` sent both (``pulled`` named ``d`` and ``e`` too, on a loaded
+    machine; reproduced with a ``sleep 1`` between them), so the ticks pull nothing during that run
+    (their look is held quiet) and the run's end pulls it whole, as a per-call run does."""
+    from computer.runtime._mirror_watch import MirrorWatch
+
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, MAKE)
         before = await _inos(ws, ["d/1", "d/sub/x"])
         rev = ws.fs.rev
+        quiet = MirrorWatch.quiet
+        monkeypatch.setattr(MirrorWatch, "quiet", lambda self, paced=False: paced or quiet(self, paced))
         assert (await ok(ws, "mv d e && mv e d && echo new > d/new")).pulled == [f"{ROOT}/d/new"]
+        monkeypatch.setattr(MirrorWatch, "quiet", quiet)
         assert _ops(ws, rev) == [("write", f"{ROOT}/d/new")]
         rev = ws.fs.rev
         assert (await ok(ws, "mv d e")).pulled == [f"{ROOT}/d", f"{ROOT}/e"]
