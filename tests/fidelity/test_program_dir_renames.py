@@ -16,7 +16,7 @@ from computer.runtime import ShellBackend, SyncPull
 from computer.runtime._codec import decode_sync, encode_sync
 from computer.runtime._context import LocalExecContext
 
-from ._support import ROOT, ok, opened, sandbox_view, shell, workspace_view
+from ._support import ROOT, hold_tick_pulls, ok, opened, sandbox_view, shell, workspace_view
 
 MAKE = "mkdir -p d/sub && (cd d && seq 1 300 | xargs touch && echo x > sub/x && echo a > a && ln a b)"
 
@@ -75,16 +75,13 @@ async def test_renames_there_and_back_and_nested(
     on: one landing between the two ``mv`` sent both (``pulled`` named ``d`` and ``e`` too, on a loaded
     machine; reproduced with a ``sleep 1`` between them), so the ticks pull nothing during that run
     (their look is held quiet) and the run's end pulls it whole, as a per-call run does."""
-    from computer.runtime._mirror_watch import MirrorWatch
-
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, MAKE)
         before = await _inos(ws, ["d/1", "d/sub/x"])
         rev = ws.fs.rev
-        quiet = MirrorWatch.quiet
-        monkeypatch.setattr(MirrorWatch, "quiet", lambda self, paced=False: paced or quiet(self, paced))
+        hold_tick_pulls(monkeypatch)
         assert (await ok(ws, "mv d e && mv e d && echo new > d/new")).pulled == [f"{ROOT}/d/new"]
-        monkeypatch.setattr(MirrorWatch, "quiet", quiet)
+        monkeypatch.undo()
         assert _ops(ws, rev) == [("write", f"{ROOT}/d/new")]
         rev = ws.fs.rev
         assert (await ok(ws, "mv d e")).pulled == [f"{ROOT}/d", f"{ROOT}/e"]
@@ -172,6 +169,7 @@ async def test_a_pull_that_fails_after_pairing_is_sent_again_whole(
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, MAKE)
         monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        hold_tick_pulls(monkeypatch)  # a tick's pull carried the rename: the run itself then completed
         failed = await (await ws.runtime.exec("mv d e", timeout=60)).result()
         monkeypatch.undo()
         assert failed.status != "completed" or failed.error, failed
