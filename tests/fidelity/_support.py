@@ -181,6 +181,17 @@ class Large(bytes):
         return f"Large({self[:1]!r} * {len(self)})"
 
 
+def hold_tick_pulls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live sandbox's ticks pull nothing until ``monkeypatch`` is undone (their paced look is held
+    quiet; a tick still pushes the workspace's writes); a run's start and end pull as always. For a
+    check of what one pull makes of a run's several steps: a tick lands between two of them on a
+    loaded machine (a program's ``ln f t && echo >> t && rm t`` then listed ``t`` too)."""
+    from computer.runtime._mirror_watch import MirrorWatch
+
+    quiet = MirrorWatch.quiet
+    monkeypatch.setattr(MirrorWatch, "quiet", lambda self, paced=False: paced or quiet(self, paced))
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -15,7 +15,18 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, sandbox_view, settle, started, until, workspace_view
+from ._support import (
+    ROOT,
+    digest,
+    hold_tick_pulls,
+    ok,
+    opened,
+    sandbox_view,
+    settle,
+    started,
+    until,
+    workspace_view,
+)
 
 SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
 
@@ -182,7 +193,7 @@ async def test_a_large_file_written_small_through_another_name_then_large_again_
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_write_through_a_link_the_run_removed_reaches_the_workspace(
-    tmp_path: Path, live: bool, size: int
+    tmp_path: Path, live: bool, size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``ln f t; echo more >> t; rm t`` changes ``f`` with events at ``t`` only. Before: the change was
     never pulled (the workspace kept ``one``, every later run saw ``one more``: the two differed
@@ -192,7 +203,9 @@ async def test_a_write_through_a_link_the_run_removed_reaches_the_workspace(
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         await ws.fs.write_file(f"{ROOT}/f", first)
         held = (await ok(ws, "stat -c %i f")).stdout.strip()
+        hold_tick_pulls(monkeypatch)  # one pull sees the three steps (a tick between them listed t)
         changed = await ok(ws, "ln f t && echo more >> t && rm t")
+        monkeypatch.undo()
         assert changed.pulled == [f"{ROOT}/f"]
         assert await ws.fs.read_file(f"{ROOT}/f") == first + b"more\n"
         await ws.fs.rename(f"{ROOT}/f", f"{ROOT}/g")
@@ -278,7 +291,7 @@ async def test_a_background_write_through_a_removed_link_reaches_the_workspace_w
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_the_pull_rules(
-    tmp_path: Path, live: bool
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The workspace writes ``f`` while a run is about to append to it through a link it removes. Per
     call the run's mirror still held the old ``f``: its change is refused and reported in ``skipped``
@@ -287,6 +300,7 @@ async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_t
     async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
         await ws.fs.write_file(f"{ROOT}/f", b"one\n")
         await ok(ws, "true")
+        hold_tick_pulls(monkeypatch)  # (a tick between ln and rm listed t too; ticks still push)
         # Live: wait (bounded) for the write to reach the sandbox; per call it never does.
         wait = "for i in $(seq 200); do grep -q ws f && break; sleep 0.05; done" if live else "sleep 1"
         handle = await started(ws, f"echo ready; {wait}; ln f t && echo more >> t; rm -f t")

@@ -17,7 +17,7 @@ from computer.runtime import ShellBackend, SyncPull, _context
 from computer.runtime._codec import decode_sync, encode_sync
 from computer.runtime._context import LocalExecContext
 
-from ._support import ROOT, ok, opened, sandbox_view, shell, workspace_view
+from ._support import ROOT, hold_tick_pulls, ok, opened, sandbox_view, shell, workspace_view
 
 MAKE = "mkdir -p d/sub && (cd d && seq 1 300 | xargs touch && echo x > sub/x && echo a > a && ln a b)"
 
@@ -69,12 +69,20 @@ async def test_a_programs_mv_of_a_tree_is_one_rename_in_the_workspace(tmp_path: 
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
-async def test_renames_there_and_back_and_nested(tmp_path: Path, live: bool) -> None:
+async def test_renames_there_and_back_and_nested(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A there-and-back in one pull is nothing to send. A live sandbox's tick pulls while the run goes
+    on: one landing between the two ``mv`` sent both (``pulled`` named ``d`` and ``e`` too, on a loaded
+    machine; reproduced with a ``sleep 1`` between them), so the ticks pull nothing during that run
+    (their look is held quiet) and the run's end pulls it whole, as a per-call run does."""
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, MAKE)
         before = await _inos(ws, ["d/1", "d/sub/x"])
         rev = ws.fs.rev
+        hold_tick_pulls(monkeypatch)
         assert (await ok(ws, "mv d e && mv e d && echo new > d/new")).pulled == [f"{ROOT}/d/new"]
+        monkeypatch.undo()
         assert _ops(ws, rev) == [("write", f"{ROOT}/d/new")]
         rev = ws.fs.rev
         assert (await ok(ws, "mv d e")).pulled == [f"{ROOT}/d", f"{ROOT}/e"]
@@ -164,6 +172,7 @@ async def test_a_pull_that_fails_after_pairing_is_sent_again_whole(
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, MAKE)
         monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        hold_tick_pulls(monkeypatch)  # a tick's pull carried the rename: the run itself then completed
         failed = await (await ws.runtime.exec("mv d e", timeout=60)).result()
         monkeypatch.undo()
         assert failed.status != "completed" or failed.error, failed

@@ -29,15 +29,26 @@ def _inodes(stdout: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_hard_link_stays_a_link_when_the_workspace_renames_one_name(
-    tmp_path: Path, live: bool
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The next pull after the workspace's rename walks the whole mirror: the rename of z changed the
+    ctime of both names, which the walk takes in (nothing else to pull). The walk is made certain by
+    the watch saying "only a walk can tell": before, a ``mkdir p && mv p p2`` was to break the watch,
+    but the watch now follows directory moves (paired when the reader thread watched ``p`` before the
+    ``mv``: no walk), and in a live sandbox a tick between ``mkdir`` and ``mv`` pulled ``p`` too (CI's
+    load: ``pulled == [p, p2]``)."""
+    from computer.runtime._mirror_watch import MirrorWatch
+
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=_shell(live), python=False) as ws:
         await ok(ws, "echo one > x && ln x y")
         await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/z")
-        # a directory the program renames makes the next pull walk the whole mirror: the rename of z
-        # changed the ctime of both names, which the mirror took in (nothing else to pull)
-        assert (await ok(ws, "mkdir p && mv p p2")).pulled == [f"{ROOT}/p2"]
+        walked: list[int] = []
+        touched = MirrorWatch.touched
+        monkeypatch.setattr(MirrorWatch, "touched", lambda self: walked.append(1))  # None: a walk
+        assert (await ok(ws, "mkdir p2")).pulled == [f"{ROOT}/p2"]
+        assert walked, "the pull never asked its watch"
+        monkeypatch.setattr(MirrorWatch, "touched", touched)
         seen = await ok(ws, "echo two >> y && stat -c %h z && cat z")
         assert seen.stdout == "2\none\ntwo\n"  # was "1\none\n": z had become a copy
         assert await ws.fs.read_text(f"{ROOT}/z") == "one\ntwo\n"

@@ -17,7 +17,17 @@ import pytest
 import computer
 from computer.runtime._pull_moves import PullRenames
 
-from ._support import KINDS, ROOT, ok, opened, reasons_cover_skipped, shell
+from ._support import KINDS, ROOT, hold_tick_pulls, ok, opened, reasons_cover_skipped, shell
+
+
+@pytest.fixture(autouse=True)
+def _one_pull_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run's removal and its FIFO are seen by one pull (the run's end): a live sandbox's tick
+    between ``rm -r d`` and ``mkfifo d`` pulled the removal on its own, and the workspace rightly
+    lost ``d`` (every live case of the two-process commands below failed so with the tick at 20 ms).
+    A tick can freeze the sandbox between two steps of one process too, so the ticks pull nothing."""
+    hold_tick_pulls(monkeypatch)
+
 
 # ``d`` removed and replaced in one process: a live sandbox's tick between ``rm -r d`` and a ``python3``
 # starting up (~50 ms under load, ticks every 100 ms) pulled the removal on its own, 1 run in 8.

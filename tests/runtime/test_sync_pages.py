@@ -173,7 +173,14 @@ async def test_directories_past_a_page_go_on_pages_of_their_own_parents_first(
     """A run that makes a tree of directories: they come on pages of at most ``PAGE_DIRS`` (all on one
     page, 37,000 of a ``mkdir -p`` held the owner's loop ~0.26 s), parents first, with the loop free
     between pages. The file the tree replaces is removed on the first page (on a later one it would
-    take the directories made before it); modes and times arrive; all is there after a reopen."""
+    take the directories made before it); modes and times arrive; all is there after a reopen. The
+    pages are one pull's, the run's end: a live sandbox's ticks pull nothing meanwhile (a tick inside
+    the ``mkdir -p`` sent part of the tree, and the pages of the two pulls together were not parents
+    first: found with the tick at 20 ms)."""
+    from computer.runtime._mirror_watch import MirrorWatch
+
+    quiet = MirrorWatch.quiet
+    monkeypatch.setattr(MirrorWatch, "quiet", lambda self, paced=False: paced or quiet(self, paced))
     monkeypatch.setattr(_pull_pages, "PAGE_DIRS", 100)
     monkeypatch.setattr(_sync, "PAGE_DIRS", 100)
     pages: list[tuple[list[str], list[str]]] = []  # (directories, removals) of each page
@@ -209,8 +216,7 @@ async def test_directories_past_a_page_go_on_pages_of_their_own_parents_first(
         assert len(pages) >= 4 and all(len(dirs) <= 100 for dirs, _ in pages)
         assert pages[0][1] == ["/workspace/old/f", "/workspace/x"]  # removals on the first page
         assert all(removed == [] for _, removed in pages[1:])
-        # Parents first within each pull: a slow run (load) is pulled by a live tick too, and the
-        # end's pull then sends the rest, shallower ones included.
+        # Parents first within each pull (the ticks are held: one pull, the run's end).
         for pull_id in dict.fromkeys(pulls):
             order = [d for (dirs, _), of in zip(pages, pulls, strict=True) if of == pull_id for d in dirs]
             assert order == sorted(order, key=lambda d: d.count("/")), pull_id

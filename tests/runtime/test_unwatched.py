@@ -54,13 +54,15 @@ async def test_a_tree_past_a_watchs_share_is_walked_whole_and_watched_again_once
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
             assert mirror.quiet(paced=True) or mirror.walk_next <= time.monotonic()
+            # The ticks walk no more while ``rm`` runs: one landing inside it (``rm`` descheduled, as on
+            # CI's loaded machine) saw ``t/d14/2`` gone and ``t/d14`` still there, and the run's pulled
+            # listed both (reproduced with ``rm -rf t/d14/2 && sleep 1.5`` first). The run's end walks.
+            quiet = mirror.quiet
+            monkeypatch.setattr(mirror, "quiet", lambda paced=False: paced or quiet(paced))
         small = await (await ws.runtime.exec("rm -rf t/d{1..29}")).result()
-        gone = [f"/workspace/t/d{i}" for i in sorted(range(1, 30), key=str)]
-        if live:  # a slow rm (load) is pulled by a tick too: it removed some of a directory's first
-            assert set(gone) <= set(small.pulled), small.pulled
-            assert all(any(p.startswith(g + "/") for g in gone) for p in set(small.pulled) - set(gone))
-        else:
-            assert small.pulled == gone
+        assert small.pulled == [f"/workspace/t/d{i}" for i in sorted(range(1, 30), key=str)]
+        if live:
+            monkeypatch.setattr(mirror, "quiet", quiet)
         again = await (await ws.runtime.exec("touch t/d0/new")).result()  # its push arms a watch
         assert again.pulled == ["/workspace/t/d0/new"]
         assert not mirror.unwatched and mirror.watch is not None and not mirror.watch.over
