@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,6 +16,10 @@ __all__ = ["EXEC_START_WAIT", "ClientExecHandle", "ClientRuntime"]
 # comes back with its id (``result()`` then makes no second round trip); a longer one's ``exec`` answers
 # this much later than it would otherwise (its output is not lost: snapshots start from the beginning).
 EXEC_START_WAIT = 0.025
+# Seconds a cancelled ``exec`` waits in the background for the owner's answer, to kill what it started.
+UNHEARD_WAIT = 60.0
+_UNHEARD: set[asyncio.Future[None]] = set()  # those waits (kept from the garbage collector)
+log = logging.getLogger(__name__)
 
 
 class ClientExecHandle:
@@ -86,9 +92,31 @@ class ClientRuntime:
         kwargs = {k: v for k, v in given.items() if v is not None}
         who = self._caller() if self._caller is not None else None
         exec_id, backend_id, result = await self._conn.request(
-            "exec_start", source, kwargs, EXEC_START_WAIT, who
+            "exec_start", source, kwargs, EXEC_START_WAIT, who, on_cancel=self._end_unheard
         )
         return ClientExecHandle(self._conn, exec_id, backend_id, result)
+
+    def _end_unheard(self, ref: Any) -> None:
+        """``exec`` was cancelled: a run the owner started anyway (its answer was on its way, or the
+        cancel came late) is killed, since its caller never learnt its id (before, it ran on, in the
+        pool or the live sandbox, an orphan; tests/pools/test_pool_cancels.py). A cancel that reaches
+        the owner before the run starts leaves nothing to kill (the answer is a cancellation)."""
+
+        async def end() -> None:
+            try:
+                async with asyncio.timeout(UNHEARD_WAIT):
+                    kind, value = await ref
+                    if kind == "ok" and value is not None and value[2] is None:
+                        await self._conn.request("kill_exec", value[0])
+            except (
+                Exception,
+                asyncio.CancelledError,
+            ):  # cancelled there, failed, or the owner gone: nothing left to end
+                log.debug("ending the run of a cancelled exec", exc_info=True)
+
+        task = asyncio.ensure_future(end())
+        _UNHEARD.add(task)
+        task.add_done_callback(_UNHEARD.discard)
 
     async def get_exec(self, id: str) -> ClientExecHandle:
         exec_id, backend_id = await self._conn.request("get_exec", id, retry_safe=True)
