@@ -63,6 +63,9 @@ class Report:
     counter_unknown: int = 0
     counter_final: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    # For each anomaly, the writes of its key from the stale value's write to the read, and the
+    # faults injected meanwhile (times relative to the stale write's start): printed on failure.
+    evidence: list[list[str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,9 +178,11 @@ class Injector:
         self.rng = rng
         self.redis = redis
         self.faults: dict[str, int] = {}
+        self.when: list[tuple[float, str]] = []  # (time, fault): an anomaly's evidence
 
     def _count(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.when.append((time.time(), fault))
 
     async def _owner(self) -> Any:
         """The process owning the workspace now (its host, or its dedicated actor); None asleep."""
@@ -281,6 +286,15 @@ def check(history: list[dict[str, Any]], final: dict[str, str]) -> Report:
                 report.anomalies.append(
                     f"{what}: {key} holds {seen!r}, superseded by acknowledged {w2.value!r}"
                 )
+                origin = by_value[seen].start if seen in by_value else start - 5.0
+                around = [o for o in writes if o.key == key and origin - 1.0 <= o.start <= end][:80]
+                report.evidence.append(
+                    [f"read {start - origin:+.3f}..{end - origin:+.3f}"]
+                    + [
+                        f"{o.kind} {o.value} {o.start - origin:+.3f}..{o.end - origin:+.3f} {o.outcome} {o.error}"
+                        for o in around
+                    ]
+                )
                 return
 
     for op in ops:
@@ -363,4 +377,16 @@ async def run(
         ray.kill(owner_process(computer.workspace_actor(name)))
     report = check(history, final)
     report.faults = injector.faults
+    for lines, ops in zip(report.evidence, _origins(report, history), strict=False):
+        lines += [f"fault {fault} {at - ops:+.3f}" for at, fault in injector.when if ops - 1.0 <= at]
     return report
+
+
+def _origins(report: Report, history: list[dict[str, Any]]) -> list[float]:
+    """Each anomaly's stale write's start (its evidence's time zero)."""
+    start = {o["value"]: o["start"] for o in history if o["kind"] in ("write", "exec")}
+    found = []
+    for anomaly in report.anomalies:
+        if "superseded" in anomaly:
+            found.append(start.get(anomaly.split(" holds ")[1].split("'")[1], 0.0))
+    return found
