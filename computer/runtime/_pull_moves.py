@@ -42,7 +42,7 @@ from typing import Any
 
 from ..storage.paths import real_path
 from ._backend import BIG_FILE, SyncPull
-from ._entry import INO, KIND, SIZE
+from ._entry import INO, KIND, SIZE, is_dir
 from ._held_links import is_utf8
 from ._mirror_base import Entry, PullPlan, is_below
 from ._mirror_watch import MirrorWatch
@@ -98,7 +98,7 @@ class PullRenames(MirrorWatch):
             self.no_renames = False
             return []
         state = self.state
-        gone = [rel for rel, e in state.items() if rel and e[KIND] == "d" and not _is_dir(now.get(rel))]
+        gone = [rel for rel, e in state.items() if rel and e[KIND] == "d" and not is_dir(now.get(rel))]
         if not gone:
             return []
         gone.sort(key=lambda rel: (rel.count("/"), rel))
@@ -112,10 +112,10 @@ class PullRenames(MirrorWatch):
             if len(moves) >= MAX_RENAMES:
                 break
             src = _translate(g, moves)
-            if src != g and _is_dir(now.get(src)):
+            if src != g and is_dir(now.get(src)):
                 continue  # moved along with a directory above it
             new = _probe(g, src, olds, state, by_ino)
-            if new is None or not _is_dir(now.get(new)) or _related(new, src):
+            if new is None or not is_dir(now.get(new)) or _related(new, src):
                 continue
             if not (is_utf8(src) and is_utf8(new)) or len(new) > quick:
                 continue
@@ -164,7 +164,7 @@ class PullRenames(MirrorWatch):
                 if any(new == src or new.startswith(src + "/") for _, new in taken):
                     return False
                 continue  # made since the last pull: its entries are events
-            if not _is_dir(state[was]) or not _dirs_above(dst, taken, state):
+            if not is_dir(state[was]) or not _dirs_above(dst, taken, state):
                 return False  # (a symlink above the new name: the owner's rename would go through it)
             if not (is_utf8(src) and is_utf8(dst)) or len(dst) > quick:
                 return False
@@ -298,10 +298,6 @@ class PullRenames(MirrorWatch):
         return plan.sources
 
 
-def _is_dir(entry: Entry | None) -> bool:
-    return entry is not None and entry[KIND] == "d"
-
-
 def _same(old: Entry | None, entry: Entry) -> bool:
     return old is not None and old[INO] == entry[INO] and old[KIND] == entry[KIND]
 
@@ -361,7 +357,7 @@ def _dirs_above(rel: str, moves: list[tuple[str, str]], state: dict[str, Entry])
     parent = rel.rpartition("/")[0]
     while parent:
         held = _untranslate(parent, moves)
-        if held is not None and held in state and not _is_dir(state[held]):
+        if held is not None and held in state and not is_dir(state[held]):
             return False
         parent = parent.rpartition("/")[0]
     return True
