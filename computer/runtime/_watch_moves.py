@@ -85,7 +85,8 @@ class Halves:
         )
         if owner.rekeyed > REKEY_WORK:  # a rename storm: shed, as a flood of the queue (see the module)
             owner.broken = True
-            self.spent.append(owner)
+            if owner not in self.spent:  # (once, however many of its moves the read still brings)
+                self.spent.append(owner)
             return False
         if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
             owner.broken = True
