@@ -12,13 +12,14 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import computer
 from computer.runtime import ShellBackend
+from tests.runtime._live_support import eventually
 
 pytestmark = pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
 
@@ -306,13 +307,6 @@ async def test_a_racing_program_never_brings_a_host_file_in_nor_changes_one() ->
     finally:
         for path in planted:
             path.unlink(missing_ok=True)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"not true within {within} s"
-        await asyncio.sleep(0.05)
 
 
 # Lingers until the test lets it go (``/workspace/linger.stop``; bounded): it ran 1.5 s, and a machine
