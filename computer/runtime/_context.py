@@ -126,9 +126,9 @@ class LocalExecContext(PushPages, PullCommits):
         """
         if pull.asks:
             return await self.pulls.answer(pull, base_rev)
-        if not pull.pull_id:
-            return await self._sync_pull(pull, base_rev, set(pull.own_revs), [])
         own = set(pull.own_revs)
+        if not pull.pull_id:
+            return await self._sync_pull(pull, base_rev, own, [])
         record = self.pulls.start(pull, own)
         if record is None:  # a mirror asked about this pull already: it takes nothing more of it
             return PullResult(rev=base_rev, unrenamed=bool(pull.renames))
@@ -192,9 +192,8 @@ class LocalExecContext(PushPages, PullCommits):
         except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
             return PullResult(rev=base_rev, missing=gone.missing)
         # A program's directory renames first (``_pull_moves``): the page names what is below them anew.
-        renamed = (
-            await rename_dirs(fs, renames, own, done) if renames else []
-        )  # (listed whatever their times)
+        # (listed whatever their times)
+        renamed = await rename_dirs(fs, renames, own, done) if renames else []
         applied: list[str] = []
         refusals = refused_files(pull.files, refused) if strict else {}  # a file's names together
         reasons.update(refusals)
