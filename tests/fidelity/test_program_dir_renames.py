@@ -340,8 +340,12 @@ async def test_a_pull_whose_first_page_is_lost_after_its_renames_were_committed_
         monkeypatch.setattr(_context, "rename_dirs", rename_dirs)
         source = "mv d e && for i in 1 2 3 4; do head -c 40000 /dev/urandom > e/sub/r$i; done"
         await (await ws.runtime.exec(source, timeout=60)).result()
-        after = await ok(ws, "true")
+        # A workspace write before the next sync: the revisions the answer makes the mirror's own are
+        # that pull's alone, so this one still reaches the sandbox (and is no conflict).
+        await ws.fs.write_file(f"{ROOT}/e/sub/from-ws", b"workspace\n")
+        after = await ok(ws, "cat e/sub/from-ws")
         monkeypatch.undo()
+        assert after.stdout == "workspace\n"
         assert pages[0].renames and committed.is_set()
         assert not after.skipped, after.reasons
         assert not await ws.fs.exists(f"{ROOT}/d")
@@ -352,3 +356,7 @@ async def test_a_pull_whose_first_page_is_lost_after_its_renames_were_committed_
         assert await workspace_view(ws) == await sandbox_view(ws)
         assert all(task.done() for task in background)
         assert any(p.asks == pages[0].pull_id for p in pages)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:  # a reopen: a new mirror
+        listed = await ok(ws, "ls e/sub | wc -l; wc -c < e/sub/r4; cat e/sub/from-ws")
+        assert listed.stdout.split() == [str(len(await ws.fs.readdir(f"{ROOT}/e/sub"))), "40000", "workspace"]
+        assert await workspace_view(ws) == await sandbox_view(ws)
